@@ -1,0 +1,79 @@
+# jaild — see README.md. Every target that needs root says so.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= $(shell command -v go || echo /usr/local/go/bin/go)
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# Seccomp in libcontainer needs cgo and the seccomp tag; a binary built
+# without them refuses to start a jail (internal/seccomp fails closed).
+TAGS      := seccomp
+GOFLAGS   := -trimpath -tags $(TAGS)
+LDFLAGS   := -X github.com/jaild/jaild/internal/version.Version=$(VERSION)
+export CGO_ENABLED := 1
+
+ROOTFS_CACHE ?= /var/cache/jaild/rootfs
+IMAGE_DIR    ?= $(ROOTFS_CACHE)/current
+SOCKET       ?= /run/jaild/jaild.sock
+PREFIX       ?= /usr/local
+
+# Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
+APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl
+
+.PHONY: help deps build rootfs groups test test-unit vet fuzz run install clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+deps: ## install host packages (root; Debian/Ubuntu)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+build: ## build bin/jaild and bin/jailctl
+	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
+	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE)
+
+vet: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet $(GOFLAGS) ./...
+
+test-unit: ## tests that need neither root nor the rootfs
+	$(GO) test $(GOFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/
+
+test: deps rootfs vet ## all tests, real jails included (root)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(GOFLAGS) -count=1 -timeout 30m ./...
+	bash rootfs/test.sh $(IMAGE_DIR)
+
+fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
+	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal); do \
+		pkg=./$$(dirname $$t); for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$t | cut -d' ' -f2); do \
+			echo "fuzz $$pkg $$f"; $(GO) test $(GOFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
+		done; done
+
+groups: ## create the jaild (socket access) and jaild-admin groups (root)
+	@getent group jaild >/dev/null || groupadd --system jaild
+	@getent group jaild-admin >/dev/null || groupadd --system jaild-admin
+
+run: deps rootfs build groups ## build everything and run jaild on $(SOCKET) in the foreground (root)
+	./bin/jaild --socket $(SOCKET) --image $(IMAGE_DIR) --seccomp-profile $(CURDIR)/seccomp-profiles/default.json
+
+install: deps rootfs build groups ## install binaries, the rootfs, the seccomp profile, config and systemd units (root)
+	install -D -m 0755 bin/jaild $(DESTDIR)$(PREFIX)/bin/jaild
+	install -D -m 0755 bin/jailctl $(DESTDIR)$(PREFIX)/bin/jailctl
+	install -D -m 0644 seccomp-profiles/default.json $(DESTDIR)$(PREFIX)/share/jaild/seccomp/default.json
+	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/jaild/README.md
+	install -d -m 0755 $(DESTDIR)/var/lib/jaild/rootfs
+	rm -rf $(DESTDIR)/var/lib/jaild/rootfs/.new && cp -a $$(readlink -f $(IMAGE_DIR)) $(DESTDIR)/var/lib/jaild/rootfs/.new
+	rm -rf $(DESTDIR)/var/lib/jaild/rootfs/current && mv $(DESTDIR)/var/lib/jaild/rootfs/.new $(DESTDIR)/var/lib/jaild/rootfs/current
+	test -e $(DESTDIR)/etc/jaild/jaild.toml || install -D -m 0644 systemd/jaild.toml $(DESTDIR)/etc/jaild/jaild.toml
+	install -D -m 0644 systemd/jaild.socket $(DESTDIR)/etc/systemd/system/jaild.socket
+	install -D -m 0644 systemd/jaild.service $(DESTDIR)/etc/systemd/system/jaild.service
+	install -D -m 0644 systemd/jaild.sysusers $(DESTDIR)/usr/lib/sysusers.d/jaild.conf
+	install -D -m 0644 systemd/jaild.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/jaild.conf
+	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; echo "now: systemctl enable --now jaild.socket"; fi
+
+clean: ## remove build outputs (not the rootfs cache)
+	rm -rf bin

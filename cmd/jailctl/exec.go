@@ -1,0 +1,259 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+const execHelp = `Code comes from -c CODE, or FILE, or stdin ("-" or no argument). The run's
+stdout and stderr are written to jailctl's; returned files (--get) and
+matplotlib figures are written beneath --out-dir, never outside it.
+
+Exit status: the run's exit code; 124 when it timed out; 128+N when a
+signal N killed it; 137 when it hit the memory limit; 1 for any other
+failed run, or when a returned file could not be written; 2 for usage
+errors and errors from the daemon. With --json, the daemon's response is
+printed and nothing is written; the exit status is the same.`
+
+// Run statuses of api.ExecuteResponse.Status that jailctl tells apart.
+const (
+	statusOK          = "ok"
+	statusTimeout     = "timeout"
+	statusMemoryLimit = "memory_limit"
+)
+
+// fileSpec is one --file LOCAL[:PATH].
+type fileSpec struct{ local, path string }
+
+func runExec(e *env, args []string) int {
+	fs := e.flagSet("exec")
+	code := fs.String("c", "", "run `CODE` instead of a file")
+	stdinFile := fs.String("stdin-file", "", "send the content of `PATH` as the run's stdin (- for jailctl's stdin)")
+	var limits api.Limits
+	fs.Func("timeout", "wall-clock limit of the run, a `DURATION` such as 5s or 1500ms (default: the daemon's)", func(s string) error {
+		ms, err := parseTimeout(s)
+		limits.TimeoutMs = &ms
+		return err
+	})
+	fs.Func("memory", "memory limit of the run in `MB` (default: the daemon's)", func(s string) error {
+		mb, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || mb <= 0 {
+			return errors.New("want a positive number of MB")
+		}
+		limits.MemoryMB = &mb
+		return nil
+	})
+	var files []fileSpec
+	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name); repeatable", func(s string) error {
+		local, path, cut := strings.Cut(s, ":")
+		if !cut {
+			path = filepath.Base(local)
+		}
+		if local == "" || path == "" {
+			return errors.New("want LOCAL[:PATH]")
+		}
+		files = append(files, fileSpec{local, path})
+		return nil
+	})
+	var get []string
+	fs.Func("get", "return the workspace files matching `PATTERN` (*, ?, [..] and **); repeatable", func(s string) error {
+		get = append(get, s)
+		return nil
+	})
+	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
+	interactive := fs.Bool("interactive", false, "print the value of a final expression, as the Python REPL does")
+	envVars := map[string]string{}
+	fs.Func("env", "set `NAME=VALUE` in the run's environment; repeatable", func(s string) error {
+		name, value, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return errors.New("want NAME=VALUE")
+		}
+		envVars[name] = value
+		return nil
+	})
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
+	socket := socketFlag(fs)
+
+	pos, rc, ok := e.parse(fs, args, 1)
+	if !ok {
+		return rc
+	}
+	codeSet := false
+	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
+
+	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive}
+	codeFromStdin := false
+	switch {
+	case codeSet && len(pos) > 0:
+		return e.usageError("exec: give -c CODE or FILE, not both")
+	case !codeSet:
+		src := ""
+		if len(pos) == 1 {
+			src = pos[0]
+		}
+		codeFromStdin = src == "" || src == "-"
+		if codeFromStdin && *stdinFile == "-" {
+			return e.usageError("exec: stdin cannot be both the code and --stdin-file")
+		}
+		c, _, err := e.readSource(src)
+		if err != nil {
+			return e.errorf("%v", err)
+		}
+		req.Code = c
+	}
+	if *stdinFile != "" {
+		in, _, err := e.readSource(*stdinFile)
+		if err != nil {
+			return e.errorf("--stdin-file: %v", err)
+		}
+		req.Stdin = &in
+	}
+	for _, f := range files {
+		b, err := readFile(f.local)
+		if err != nil {
+			return e.errorf("--file: %v", err)
+		}
+		req.Files = append(req.Files, api.FileIn{Path: f.path, ContentB64: base64.StdEncoding.EncodeToString(b)})
+	}
+	if limits != (api.Limits{}) {
+		req.Limits = &limits
+	}
+	if len(envVars) > 0 {
+		req.Env = envVars
+	}
+
+	c := e.client(*socket)
+	if *jsonOut {
+		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/execute", req)
+		if err != nil {
+			return e.daemonError(err)
+		}
+		var resp api.ExecuteResponse
+		if err := json.Unmarshal(raw, &resp); err != nil {
+			return e.errorf("malformed response: %v", err)
+		}
+		e.printJSON(raw)
+		return exitCode(&resp)
+	}
+	resp, err := c.Execute(e.ctx, req)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	return e.report(resp, *outDir)
+}
+
+// report prints a run's outcome, writes its files beneath outDir and
+// returns jailctl's exit status for it.
+func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
+	fmt.Fprint(e.stdout, resp.Stdout)
+	if resp.Result != nil {
+		fmt.Fprintln(e.stdout, *resp.Result)
+	}
+	fmt.Fprint(e.stderr, resp.Stderr)
+	if resp.StdoutTruncated {
+		fmt.Fprintln(e.stderr, "jailctl: the run's stdout was truncated")
+	}
+	if resp.StderrTruncated {
+		fmt.Fprintln(e.stderr, "jailctl: the run's stderr was truncated")
+	}
+	writeFailed := !e.writeOutputs(resp, outDir)
+	if resp.Message != "" && resp.Status != statusOK {
+		fmt.Fprintf(e.stderr, "jailctl: %s\n", resp.Message)
+	}
+	code := exitCode(resp)
+	if writeFailed && code == exitOK {
+		code = exitFail
+	}
+	return code
+}
+
+// writeOutputs writes the returned files and figures beneath dir and
+// reports each on stderr. It returns false if any could not be written.
+func (e *env) writeOutputs(resp *api.ExecuteResponse, dir string) bool {
+	ok := true
+	for _, f := range resp.Files {
+		if f.Error != "" {
+			fmt.Fprintf(e.stderr, "jailctl: %s not returned: %s\n", quoteName(f.Path), f.Error)
+		}
+	}
+	type output struct{ name, b64 string }
+	var outs []output
+	for _, f := range resp.Files {
+		if f.Error == "" {
+			outs = append(outs, output{f.Path, f.ContentB64})
+		}
+	}
+	for _, f := range resp.Figures {
+		outs = append(outs, output{f.Name, f.ContentB64})
+	}
+	if len(outs) == 0 {
+		return true
+	}
+	d, err := openOutDir(dir)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "jailctl: --out-dir: %v\n", err)
+		return false
+	}
+	defer d.close()
+	for _, o := range outs {
+		data, err := base64.StdEncoding.DecodeString(o.b64)
+		if err == nil {
+			err = d.write(o.name, data)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "jailctl: cannot write %s: %v\n", quoteName(o.name), err)
+			ok = false
+			continue
+		}
+		fmt.Fprintf(e.stderr, "wrote %s\n", quoteName(filepath.Join(dir, filepath.Clean(o.name))))
+	}
+	return ok
+}
+
+// exitCode maps a run's outcome to jailctl's exit status, as timeout(1)
+// and shells do: 124 for a timeout, 128+N for signal N.
+func exitCode(r *api.ExecuteResponse) int {
+	switch {
+	case r.Status == statusTimeout:
+		return 124
+	case r.Signal != nil && *r.Signal > 0 && *r.Signal < 128:
+		return 128 + *r.Signal
+	case r.Status == statusMemoryLimit:
+		return 128 + 9
+	case r.ExitCode != nil && *r.ExitCode > 0 && *r.ExitCode < 256:
+		return *r.ExitCode
+	case r.Status == statusOK:
+		return exitOK
+	}
+	// A failed run that exited 0 (an output limit, say), or an exit code
+	// that a process status cannot hold.
+	return exitFail
+}
+
+// parseTimeout parses a --timeout: a Go duration, or plain seconds.
+func parseTimeout(s string) (int64, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || secs > math.MaxInt64/float64(time.Second) {
+			return 0, errors.New("want a duration such as 5s or 1500ms")
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, errors.New("want a positive duration")
+	}
+	// Round up so that 1µs asks for 1ms rather than the daemon's default.
+	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
+}

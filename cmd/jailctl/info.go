@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+func runInfo(e *env, args []string) int {
+	fs := e.flagSet("info")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	socket := socketFlag(fs)
+	if _, rc, ok := e.parse(fs, args, 0); !ok {
+		return rc
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/info", nil)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+		return exitOK
+	}
+	var info api.Info
+	if err := json.Unmarshal(raw, &info); err != nil {
+		return e.errorf("malformed response: %v", err)
+	}
+	writeInfo(e, &info)
+	return exitOK
+}
+
+func writeInfo(e *env, info *api.Info) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+	row("version:", "%s (API %s)", info.Version, info.API)
+	row("python:", "%s", info.Rootfs.PythonVersion)
+	rootfs := info.Rootfs.Name
+	if info.Rootfs.DebianSuite != "" {
+		rootfs += " (debian " + info.Rootfs.DebianSuite + ")"
+	}
+	row("rootfs:", "%s", rootfs)
+	row("rootfs digest:", "%s", info.Rootfs.ImageDigest)
+	if info.Rootfs.BuiltAt != "" {
+		row("rootfs built:", "%s", info.Rootfs.BuiltAt)
+	}
+	row("packages:", "%d python, %d debian (see --json)", len(info.Rootfs.PythonPackages), info.Rootfs.Packages)
+	row("default limits:", "%s", limitsString(info.Defaults))
+	row("max limits:", "%s", limitsString(info.Maxima))
+	if info.Caller.Admin {
+		row("admin max limits:", "%s", limitsString(info.AdminMaxima))
+	}
+	row("cgroup mode:", "%s", info.CgroupMode)
+	row("seccomp:", "%s (default action %s, %d rules)", info.Seccomp.Profile, info.Seccomp.DefaultAction, info.Seccomp.Rules)
+	row("capacity:", "%d/%d running, %d/%d queued", info.Capacity.Running, info.Capacity.MaxConcurrent, info.Capacity.Queued, info.Capacity.QueueSize)
+	quota := "unlimited"
+	if q := info.Caller.QuotaRemaining; q != nil {
+		quota = fmt.Sprintf("%d runs remaining", *q)
+	}
+	admin := ""
+	if info.Caller.Admin {
+		admin = ", admin"
+	}
+	row("caller:", "uid %d%s, quota %s", info.Caller.UID, admin, quota)
+	tw.Flush()
+}
+
+func limitsString(l api.LimitValues) string {
+	return fmt.Sprintf("timeout %s, memory %d MB, pids %d, file size %d MB, output %s",
+		time.Duration(l.TimeoutMs)*time.Millisecond, l.MemoryMB, l.Pids, l.FileSizeMB, byteSize(l.OutputBytes))
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func runHealth(e *env, args []string) int {
+	fs := e.flagSet("health")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	socket := socketFlag(fs)
+	if _, rc, ok := e.parse(fs, args, 0); !ok {
+		return rc
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/health", nil)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	var h api.Health
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return e.errorf("malformed response: %v", err)
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+	} else {
+		fmt.Fprintf(e.stdout, "%s\n", h.Status)
+	}
+	if h.Status != "ok" {
+		return exitFail
+	}
+	return exitOK
+}

@@ -1,0 +1,285 @@
+// Command jailctl is the command-line client of jaild: it runs, lints and
+// formats Python in the daemon's jails and shows the daemon's state. It
+// talks to the daemon's Unix socket through package client.
+//
+// Exit status: a run's own status for exec (see exitCode), 1 for lint
+// findings or a format --check that would change the file, and 2 for
+// usage errors and errors from or reaching the daemon.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/version"
+)
+
+// Exit statuses of jailctl itself.
+const (
+	exitOK          = 0
+	exitFail        = 1 // lint findings, format --check changes, a failed run
+	exitError       = 2 // usage errors and daemon errors
+	exitInterrupted = 130
+)
+
+// command is one subcommand. Adding a subcommand is one entry in commands.
+type command struct {
+	name    string
+	args    string // synopsis after the name
+	summary string
+	help    string // more about the command, if it needs it
+	run     func(e *env, args []string) int
+}
+
+// commands is set in init: the commands' usage reads the table, and a
+// variable initializer that refers to itself is an initialization cycle.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"exec", "[flags] [FILE|-]", "run Python code in a jail", execHelp, runExec},
+		{"lint", "[flags] [FILE|-]", "lint Python code with ruff", lintHelp, runLint},
+		{"format", "[flags] [FILE|-]", "format Python code with ruff", formatHelp, runFormat},
+		{"info", "[flags]", "show the daemon's version, image, limits and capacity", "", runInfo},
+		{"health", "[flags]", "check that the daemon is serving", "", runHealth},
+		{"version", "", "print jailctl's version", "", runVersion},
+	}
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// env is what a command runs with; tests build one around buffers.
+type env struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	socket string // the global --socket, "" when not given
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal cancels the request, a second one kills
+		// jailctl the default way.
+		<-ctx.Done()
+		stop()
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is jailctl without the process: it parses args, runs the command and
+// returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("jailctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&e.socket, "socket", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			e.usage(stdout)
+			return exitOK
+		}
+		return e.usageError("%v", err)
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		e.usage(stderr)
+		return exitError
+	}
+	name, args := args[0], args[1:]
+	if name == "help" {
+		if len(args) == 0 {
+			e.usage(stdout)
+			return exitOK
+		}
+		name, args = args[0], []string{"-h"}
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		return e.usageError("unknown command %q", name)
+	}
+	return cmd.run(e, args)
+}
+
+func (e *env) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: jailctl [--socket PATH] COMMAND [flags] [args]\n\n")
+	fmt.Fprintf(w, "jailctl runs Python in jaild's jails.\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-8s %s\n", "help", "show this help, or a command's with \"help COMMAND\"")
+	fmt.Fprintf(w, "\nThe daemon's socket is --socket, else $%s, else %s (now: %s).\n",
+		client.SocketEnv, client.DefaultSocketPath, e.socketPath(""))
+	fmt.Fprintf(w, "Run \"jailctl COMMAND -h\" for a command's flags.\n")
+}
+
+// usageError reports a usage error and returns exitError.
+func (e *env) usageError(format string, a ...any) int {
+	fmt.Fprintf(e.stderr, "jailctl: "+format+"\n", a...)
+	fmt.Fprintf(e.stderr, "Run \"jailctl help\" for usage.\n")
+	return exitError
+}
+
+// errorf reports an error that is not the user's usage and returns
+// exitError.
+func (e *env) errorf(format string, a ...any) int {
+	fmt.Fprintf(e.stderr, "jailctl: "+format+"\n", a...)
+	return exitError
+}
+
+// daemonError reports an error from a client call. The daemon's message is
+// the whole story (client.Error prints just it); a cancelled request is
+// the user's interrupt.
+func (e *env) daemonError(err error) int {
+	if e.ctx.Err() != nil && errors.Is(err, e.ctx.Err()) {
+		fmt.Fprintln(e.stderr, "jailctl: interrupted")
+		return exitInterrupted
+	}
+	return e.errorf("%v", err)
+}
+
+// flagSet returns a subcommand's flag set. Parse it with e.parse.
+func (e *env) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("jailctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// socketFlag adds --socket to a subcommand.
+func socketFlag(fs *flag.FlagSet) *string {
+	return fs.String("socket", "", "daemon socket `PATH` (default $"+client.SocketEnv+", else "+client.DefaultSocketPath+")")
+}
+
+func (e *env) socketPath(flagValue string) string {
+	switch {
+	case flagValue != "":
+		return flagValue
+	case e.socket != "":
+		return e.socket
+	}
+	return client.DefaultSocket()
+}
+
+func (e *env) client(flagValue string) *client.Client {
+	return client.New(e.socketPath(flagValue))
+}
+
+// parse parses a subcommand's args, allowing flags after positional
+// arguments ("jailctl lint x.py --select F"); "--" ends the flags. ok is
+// false when the command should return code: after -h, or a usage error.
+func (e *env) parse(fs *flag.FlagSet, args []string, maxPos int) (pos []string, code int, ok bool) {
+	flags, pos := splitArgs(fs, args)
+	if err := fs.Parse(flags); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			e.commandUsage(fs, e.stdout)
+			return nil, exitOK, false
+		}
+		return nil, e.usageError("%s: %v", strings.TrimPrefix(fs.Name(), "jailctl "), err), false
+	}
+	if len(pos) > maxPos {
+		return nil, e.usageError("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "jailctl "), pos[maxPos]), false
+	}
+	return pos, 0, true
+}
+
+func (e *env) commandUsage(fs *flag.FlagSet, w io.Writer) {
+	if c := lookup(strings.TrimPrefix(fs.Name(), "jailctl ")); c != nil {
+		fmt.Fprintf(w, "Usage: jailctl %s %s\n\n%s.\n", c.name, c.args, capitalize(c.summary))
+		if c.help != "" {
+			fmt.Fprintf(w, "\n%s\n", c.help)
+		}
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
+	printFlags(w, fs)
+}
+
+// printFlags is flag.PrintDefaults with the GNU spelling this tool's
+// documentation uses: --name for long flags.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-"
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		line := "  " + dashes + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			usage += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+	})
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// splitArgs separates flags (with their values) from positional
+// arguments, so that flags may follow them.
+func splitArgs(fs *flag.FlagSet, args []string) (flags, pos []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return flags, append(pos, args[i+1:]...)
+		case a == "-" || !strings.HasPrefix(a, "-"):
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil || isBoolFlag(f) || i+1 == len(args) {
+			continue
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return flags, pos
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func runVersion(e *env, args []string) int {
+	fs := e.flagSet("version")
+	if _, code, ok := e.parse(fs, args, 0); !ok {
+		return code
+	}
+	fmt.Fprintf(e.stdout, "jailctl %s\n", version.Version)
+	return exitOK
+}
+
+// printJSON writes a daemon response on stdout as it came, ending in one
+// newline.
+func (e *env) printJSON(raw []byte) {
+	e.stdout.Write(append(bytes.TrimRight(raw, " \t\r\n"), '\n'))
+}

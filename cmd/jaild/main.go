@@ -1,0 +1,201 @@
+// Command jaild is the jaild daemon: it runs untrusted Python in fresh
+// kernel-enforced jails and serves JSON over HTTP on a Unix socket.
+// See README.md and docs/API.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/net/netutil"
+
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/version"
+)
+
+// maxConns bounds open connections so a flood cannot exhaust our fds.
+const maxConns = 1024
+
+func main() {
+	jail.Init() // when started as a jail's init, this never returns
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "jaild:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		cfgPath     = flag.String("config", config.DefaultPath, "configuration file (TOML)")
+		socket      = flag.String("socket", "", "socket path (overrides the config's socket)")
+		image       = flag.String("image", "", "rootfs image directory (overrides the config's image)")
+		profile     = flag.String("seccomp-profile", "", "seccomp profile (overrides the config's seccomp_profile)")
+		runDir      = flag.String("run-dir", "", "state directory (overrides the config's run_dir)")
+		showVersion = flag.Bool("version", false, "print the version and exit")
+	)
+	flag.Parse()
+	if *showVersion {
+		fmt.Println("jaild", version.Version)
+		return nil
+	}
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	cfg, err := config.Load(*cfgPath, explicit)
+	if err != nil {
+		return err
+	}
+	for dst, v := range map[*string]string{&cfg.Socket: *socket, &cfg.Image: *image, &cfg.SeccompProfile: *profile, &cfg.RunDir: *runDir} {
+		if v != "" {
+			*dst = v
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root (jails need namespaces, cgroups and mounts)")
+	}
+
+	_, _ = daemon.SdNotify(false, "STATUS=verifying rootfs and starting the jail engine")
+	engine, err := jail.New(jail.Config{
+		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
+		CgroupName: "jails", HostIDBase: cfg.HostIDBase, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(cfg, engine, log)
+	if err != nil {
+		return errors.Join(err, engine.Close())
+	}
+	ln, activated, err := listen(cfg)
+	if err != nil {
+		return errors.Join(err, engine.Close())
+	}
+	hs := srv.HTTPServer()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(netutil.LimitListener(ln, maxConns)) }()
+	log.Info("jaild ready", "version", version.Version, "socket", cfg.Socket, "socket_activated", activated,
+		"rootfs", engine.Manifest().ImageDigest, "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving on "+cfg.Socket)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String(), "grace", cfg.ShutdownGrace.Duration)
+	case err := <-served:
+		log.Error("server stopped", "err", err)
+	}
+	running, queued := srv.Usage()
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping+"\nSTATUS=stopping: "+strconv.Itoa(running)+" runs in progress, "+strconv.Itoa(queued)+" queued")
+	shutdown(hs, srv, cfg.ShutdownGrace.Duration, log)
+	if !activated {
+		_ = os.Remove(cfg.Socket)
+	}
+	return engine.Close()
+}
+
+// shutdown stops accepting, lets requests in flight finish within grace,
+// then cancels the rest (which kills their runs) and waits for their
+// handlers to answer.
+func shutdown(hs *http.Server, srv *server.Server, grace time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err == nil {
+		return
+	}
+	running, _ := srv.Usage()
+	log.Warn("grace period over; killing runs in progress", "running", running)
+	srv.Abort()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	if err := hs.Shutdown(ctx2); err != nil {
+		_ = hs.Close()
+	}
+}
+
+// listen returns the socket systemd passed (socket activation) or creates
+// cfg.Socket: owned by root and the socket group, with the configured mode,
+// never briefly more open than that.
+func listen(cfg config.Config) (net.Listener, bool, error) {
+	lns, err := activation.Listeners()
+	if err != nil {
+		return nil, false, fmt.Errorf("socket activation: %w", err)
+	}
+	if len(lns) > 0 {
+		if len(lns) != 1 || lns[0] == nil {
+			return nil, false, fmt.Errorf("socket activation: expected one stream socket, got %d", len(lns))
+		}
+		return lns[0], true, nil
+	}
+	gid := -1
+	if cfg.SocketGroup != "" {
+		g, err := user.LookupGroup(cfg.SocketGroup)
+		if err != nil {
+			return nil, false, fmt.Errorf("socket_group: %w (create it with `groupadd --system %s`, or set socket_group = \"\" for root only)", err, cfg.SocketGroup)
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return nil, false, fmt.Errorf("socket_group: bad gid %q", g.Gid)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o755); err != nil {
+		return nil, false, fmt.Errorf("socket directory: %w", err)
+	}
+	if err := removeStaleSocket(cfg.Socket); err != nil {
+		return nil, false, err
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", cfg.Socket)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, false, fmt.Errorf("listen: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chown(cfg.Socket, 0, gid); err != nil {
+		ln.Close()
+		return nil, false, fmt.Errorf("socket: %w", err)
+	}
+	if err := os.Chmod(cfg.Socket, cfg.Mode()); err != nil {
+		ln.Close()
+		return nil, false, fmt.Errorf("socket: %w", err)
+	}
+	return ln, false, nil
+}
+
+// removeStaleSocket removes a socket file left by a predecessor, but
+// refuses to remove anything else or a socket someone still serves.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("socket: %s exists and is not a socket; refusing to replace it", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("socket: %s is in use by a running daemon", path)
+	}
+	return os.Remove(path)
+}

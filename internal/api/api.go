@@ -1,0 +1,195 @@
+// Package api is jaild's wire contract: the JSON request and response
+// bodies of the HTTP API on the Unix socket, and the one error taxonomy
+// that both the server and the client use.
+//
+// Field names are the public contract (see docs/API.md); change them only
+// with a new API version.
+package api
+
+// ExecuteRequest is the body of POST /v1/execute.
+type ExecuteRequest struct {
+	Code                string            `json:"code"`
+	Stdin               *string           `json:"stdin,omitempty"`
+	Files               []FileIn          `json:"files,omitempty"`
+	ReturnFiles         []string          `json:"return_files,omitempty"`
+	Limits              *Limits           `json:"limits,omitempty"`
+	LastLineInteractive bool              `json:"last_line_interactive,omitempty"`
+	Env                 map[string]string `json:"env,omitempty"`
+}
+
+// FileIn is a file written into the workspace before the code runs.
+type FileIn struct {
+	Path       string `json:"path"`
+	ContentB64 string `json:"content_b64"`
+}
+
+// Limits are a request's limits; a nil field takes the server default.
+type Limits struct {
+	TimeoutMs   *int64 `json:"timeout_ms,omitempty"`
+	MemoryMB    *int64 `json:"memory_mb,omitempty"`
+	Pids        *int64 `json:"pids,omitempty"`
+	FileSizeMB  *int64 `json:"file_size_mb,omitempty"`
+	OutputBytes *int64 `json:"output_bytes,omitempty"`
+}
+
+// ExecuteResponse is the 200 body of POST /v1/execute, for every run that
+// started, whatever its outcome.
+type ExecuteResponse struct {
+	RunID           string     `json:"run_id"`
+	Status          string     `json:"status"`
+	ExitCode        *int       `json:"exit_code"` // null when killed by a signal
+	Signal          *int       `json:"signal"`    // null when it exited
+	Stdout          string     `json:"stdout"`
+	Stderr          string     `json:"stderr"`
+	StdoutTruncated bool       `json:"stdout_truncated"`
+	StderrTruncated bool       `json:"stderr_truncated"`
+	TimedOut        bool       `json:"timed_out"`
+	OOMKilled       bool       `json:"oom_killed"`
+	Message         string     `json:"message"`
+	Error           *ExecError `json:"error"`
+	Result          *string    `json:"result"`
+	Files           []FileOut  `json:"files"`
+	Figures         []Figure   `json:"figures"`
+	Usage           Usage      `json:"usage"`
+}
+
+// ExecError describes an uncaught exception in the user's code.
+type ExecError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	Line    *int   `json:"line"`
+}
+
+// FileOut is a returned file, or (Error set, no content) a file that
+// matched but was not returned and why.
+type FileOut struct {
+	Path       string `json:"path"`
+	SizeBytes  int64  `json:"size_bytes"`
+	ContentB64 string `json:"content_b64,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Figure is a PNG of a matplotlib figure.
+type Figure struct {
+	Name       string `json:"name"`
+	ContentB64 string `json:"content_b64"`
+}
+
+// Usage is the run's resource usage.
+type Usage struct {
+	DurationMs      int64  `json:"duration_ms"`
+	CPUMs           int64  `json:"cpu_ms"`
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+}
+
+// LintRequest is the body of POST /v1/lint.
+type LintRequest struct {
+	Code   string   `json:"code"`
+	Select []string `json:"select,omitempty"`
+	Ignore []string `json:"ignore,omitempty"`
+}
+
+// LintResponse is the 200 body of POST /v1/lint.
+type LintResponse struct {
+	Diagnostics []Diagnostic `json:"diagnostics"`
+}
+
+// Diagnostic is one ruff finding, mapped from ruff's JSON output.
+type Diagnostic struct {
+	Code        string   `json:"code"` // "syntax-error" for a syntax error
+	Message     string   `json:"message"`
+	Location    Location `json:"location"`
+	EndLocation Location `json:"end_location"`
+	Fixable     bool     `json:"fixable"`
+	URL         string   `json:"url,omitempty"`
+}
+
+// Location is a 1-based line and column.
+type Location struct {
+	Line   int `json:"line"`
+	Column int `json:"column"`
+}
+
+// FormatRequest is the body of POST /v1/format.
+type FormatRequest struct {
+	Code string `json:"code"`
+}
+
+// FormatResponse is the 200 body of POST /v1/format.
+type FormatResponse struct {
+	Code    string `json:"code"`
+	Changed bool   `json:"changed"`
+}
+
+// Info is the body of GET /v1/info.
+type Info struct {
+	Version     string         `json:"version"`
+	API         string         `json:"api"`
+	Rootfs      RootfsInfo     `json:"rootfs"`
+	Defaults    LimitValues    `json:"default_limits"`
+	Maxima      LimitValues    `json:"max_limits"`
+	AdminMaxima LimitValues    `json:"admin_max_limits"`
+	CgroupMode  string         `json:"cgroup_mode"`
+	Seccomp     SeccompInfo    `json:"seccomp"`
+	Capacity    Capacity       `json:"capacity"`
+	Caller      CallerInfo     `json:"caller"`
+	Extra       map[string]any `json:"extra,omitempty"`
+}
+
+// RootfsInfo summarises the rootfs manifest.
+type RootfsInfo struct {
+	Name           string            `json:"name"`
+	ImageDigest    string            `json:"image_digest"`
+	PythonVersion  string            `json:"python_version"`
+	DebianSuite    string            `json:"debian_suite"`
+	PythonPackages map[string]string `json:"python_packages"`
+	Packages       int               `json:"debian_packages"`
+	BuiltAt        string            `json:"built_at"`
+}
+
+// LimitValues are resolved limits.
+type LimitValues struct {
+	TimeoutMs   int64 `json:"timeout_ms"`
+	MemoryMB    int64 `json:"memory_mb"`
+	Pids        int64 `json:"pids"`
+	FileSizeMB  int64 `json:"file_size_mb"`
+	OutputBytes int64 `json:"output_bytes"`
+}
+
+// SeccompInfo describes the seccomp profile in force.
+type SeccompInfo struct {
+	Profile       string `json:"profile"`
+	DefaultAction string `json:"default_action"`
+	Rules         int    `json:"rules"`
+}
+
+// Capacity describes admission control.
+type Capacity struct {
+	MaxConcurrent int `json:"max_concurrent"`
+	Running       int `json:"running"`
+	QueueSize     int `json:"queue_size"`
+	Queued        int `json:"queued"`
+}
+
+// CallerInfo tells the caller how the daemon sees it.
+type CallerInfo struct {
+	UID            uint32 `json:"uid"`
+	Admin          bool   `json:"admin"`
+	QuotaRemaining *int64 `json:"quota_remaining"` // null when unlimited
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// ErrorBody is the one shape of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the content of ErrorBody.
+type ErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,245 @@
+// Package client is the Go client of jaild's HTTP API on its Unix socket.
+// It speaks the wire contract of package api and turns the daemon's error
+// responses back into api's error classes, so callers can test them with
+// errors.Is (api.ErrBusy, api.ErrRateLimited, ...).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/version"
+)
+
+// SocketEnv is the environment variable that names the daemon's socket.
+const SocketEnv = "JAILD_SOCKET"
+
+// DefaultSocketPath is the daemon's socket when SocketEnv is unset.
+const DefaultSocketPath = "/run/jaild/jaild.sock"
+
+// MaxResponseBytes bounds the body of a successful response the client
+// reads; an execute response carries base64 files and figures.
+const MaxResponseBytes = 512 << 20
+
+// maxErrorBytes bounds the body of an error response.
+const maxErrorBytes = 1 << 20
+
+// QuotaHeader carries the caller's remaining quota; it is absent when the
+// caller's quota is unlimited.
+const QuotaHeader = "X-Jaild-Quota-Remaining"
+
+// DefaultSocket returns $JAILD_SOCKET, or DefaultSocketPath when it is
+// unset or empty.
+func DefaultSocket() string {
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return DefaultSocketPath
+}
+
+// Client talks to one jaild socket. It is safe for concurrent use.
+type Client struct {
+	socket      string
+	http        *http.Client
+	maxResponse int64
+
+	mu    sync.Mutex
+	quota *int64 // from the last response; nil when unlimited
+}
+
+// New returns a client of the daemon listening on socketPath. It does not
+// connect until the first request.
+func New(socketPath string) *Client {
+	c := &Client{socket: socketPath, maxResponse: MaxResponseBytes}
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	c.http = &http.Client{
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				conn, err := dialer.DialContext(ctx, "unix", socketPath)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil, err
+					}
+					return nil, &ConnectError{Socket: socketPath, Err: err}
+				}
+				return conn, nil
+			},
+			DisableCompression: true,
+			MaxIdleConns:       4,
+			IdleConnTimeout:    30 * time.Second,
+		},
+		// The daemon never redirects; following one could leave the socket.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c
+}
+
+// Socket returns the socket path the client dials.
+func (c *Client) Socket() string { return c.socket }
+
+// QuotaRemaining returns the caller's remaining quota as of the last
+// response. limited is false when that response said the quota is
+// unlimited, or before any response.
+func (c *Client) QuotaRemaining() (n int64, limited bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quota == nil {
+		return 0, false
+	}
+	return *c.quota, true
+}
+
+// Execute runs code in a jail (POST /v1/execute). A run that started
+// returns a response whatever its outcome (see ExecuteResponse.Status);
+// the error is for requests the daemon refused or could not serve.
+func (c *Client) Execute(ctx context.Context, req *api.ExecuteRequest) (*api.ExecuteResponse, error) {
+	var resp api.ExecuteResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/execute", req, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Status == "" {
+		return nil, errors.New("jaild POST /v1/execute: malformed response: no status")
+	}
+	return &resp, nil
+}
+
+// Lint runs ruff's linter on code (POST /v1/lint).
+func (c *Client) Lint(ctx context.Context, req *api.LintRequest) (*api.LintResponse, error) {
+	var resp api.LintResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/lint", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Format runs ruff's formatter on code (POST /v1/format).
+func (c *Client) Format(ctx context.Context, req *api.FormatRequest) (*api.FormatResponse, error) {
+	var resp api.FormatResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/format", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Info describes the daemon, its limits and the caller (GET /v1/info).
+func (c *Client) Info(ctx context.Context) (*api.Info, error) {
+	var resp api.Info
+	if err := c.call(ctx, http.MethodGet, "/v1/info", nil, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Health reports whether the daemon is serving (GET /v1/health).
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
+	var resp api.Health
+	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Status == "" {
+		return nil, errors.New("jaild GET /v1/health: malformed response: no status")
+	}
+	return &resp, nil
+}
+
+// Do sends in (marshalled to JSON; nil sends no body) to path and returns
+// the body of a 2xx response, checked to be a single JSON object. It is
+// for callers that pass the daemon's JSON on unchanged. Errors are those
+// of the typed methods: *ConnectError when the socket cannot be dialed,
+// *Error for an error response, and wrapped context or decoding errors.
+func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawMessage, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s request: %w", path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://jaild"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "jaild-client/"+version.Version)
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ce *ConnectError
+		if errors.As(err, &ce) {
+			return nil, ce
+		}
+		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	c.noteQuota(resp.Header)
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, responseError(resp)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.maxResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("jaild %s %s: read response: %w", method, path, err)
+	}
+	if int64(len(raw)) > c.maxResponse {
+		return nil, fmt.Errorf("jaild %s %s: response larger than %d bytes", method, path, c.maxResponse)
+	}
+	if err := checkObject(raw); err != nil {
+		return nil, fmt.Errorf("jaild %s %s: malformed response: %w", method, path, err)
+	}
+	return raw, nil
+}
+
+// call is Do followed by a decode into out.
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	raw, err := c.Do(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("jaild %s %s: malformed response: %w", method, path, err)
+	}
+	return nil
+}
+
+// checkObject reports whether raw is exactly one JSON object. A bare null
+// or a list would otherwise decode into a zero response without error.
+func checkObject(raw []byte) error {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	if len(t) == 0 {
+		return errors.New("empty body")
+	}
+	if t[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	if !json.Valid(t) {
+		return errors.New("invalid JSON")
+	}
+	return nil
+}
+
+func (c *Client) noteQuota(h http.Header) {
+	var q *int64
+	if v := h.Get(QuotaHeader); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			q = &n
+		}
+	}
+	c.mu.Lock()
+	c.quota = q
+	c.mu.Unlock()
+}

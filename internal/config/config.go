@@ -1,0 +1,250 @@
+// Package config loads and validates jaild's configuration file (TOML).
+// Every key has a default; an unknown key or a bad value stops start-up
+// with an error that names the key.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is where jaild looks for its configuration file.
+const DefaultPath = "/etc/jaild/jaild.toml"
+
+// Limits are limit values as configured (and as callers name them).
+type Limits struct {
+	TimeoutMs   int64 `toml:"timeout_ms"`
+	MemoryMB    int64 `toml:"memory_mb"`
+	Pids        int64 `toml:"pids"`
+	FileSizeMB  int64 `toml:"file_size_mb"`
+	OutputBytes int64 `toml:"output_bytes"`
+}
+
+// Duration is a time.Duration written as a string ("30s") in TOML.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as a string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Config is jaild's configuration.
+type Config struct {
+	Socket         string   `toml:"socket"`
+	SocketGroup    string   `toml:"socket_group"`
+	SocketMode     string   `toml:"socket_mode"`
+	Image          string   `toml:"image"`
+	SeccompProfile string   `toml:"seccomp_profile"`
+	RunDir         string   `toml:"run_dir"`
+	HostIDBase     uint32   `toml:"host_id_base"`
+	AdminGroup     string   `toml:"admin_group"`
+	ShutdownGrace  Duration `toml:"shutdown_grace"`
+	MaxBodyBytes   int64    `toml:"max_body_bytes"`
+	ReadTimeout    Duration `toml:"read_timeout"`
+	IdleTimeout    Duration `toml:"idle_timeout"`
+
+	Defaults    Limits    `toml:"defaults"`
+	Maxima      Limits    `toml:"maxima"`
+	AdminMaxima Limits    `toml:"admin_maxima"`
+	Admission   Admission `toml:"admission"`
+	Audit       Audit     `toml:"audit"`
+}
+
+// Admission configures concurrency, queueing and per-caller quotas.
+type Admission struct {
+	MaxConcurrent int      `toml:"max_concurrent"` // 0: one per CPU
+	QueueSize     int      `toml:"queue_size"`
+	QueueWait     Duration `toml:"queue_wait"`
+	RatePerMinute float64  `toml:"rate_per_minute"` // 0: unlimited
+	Burst         int      `toml:"burst"`
+	DailyQuota    int64    `toml:"daily_quota"` // 0: unlimited
+}
+
+// Audit configures the audit trail.
+type Audit struct {
+	KeepCode     bool     `toml:"keep_code"`
+	CodeDir      string   `toml:"code_dir"`
+	MaxCodeBytes int64    `toml:"max_code_bytes"`
+	Retention    Duration `toml:"retention"`
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Socket:         "/run/jaild/jaild.sock",
+		SocketGroup:    "jaild",
+		SocketMode:     "0660",
+		Image:          "/var/lib/jaild/rootfs/current",
+		SeccompProfile: "/usr/local/share/jaild/seccomp/default.json",
+		RunDir:         "/run/jaild",
+		HostIDBase:     1_200_000_000,
+		AdminGroup:     "jaild-admin",
+		ShutdownGrace:  Duration{30 * time.Second},
+		MaxBodyBytes:   64 << 20,
+		ReadTimeout:    Duration{30 * time.Second},
+		IdleTimeout:    Duration{120 * time.Second},
+		Defaults:       Limits{TimeoutMs: 10_000, MemoryMB: 512, Pids: 64, FileSizeMB: 64, OutputBytes: 1 << 20},
+		Maxima:         Limits{TimeoutMs: 60_000, MemoryMB: 2048, Pids: 256, FileSizeMB: 256, OutputBytes: 16 << 20},
+		AdminMaxima:    Limits{TimeoutMs: 3_600_000, MemoryMB: 16384, Pids: 1024, FileSizeMB: 4096, OutputBytes: 64 << 20},
+		Admission: Admission{
+			QueueSize: 64, QueueWait: Duration{10 * time.Second},
+			RatePerMinute: 120, Burst: 30, DailyQuota: 10_000,
+		},
+		Audit: Audit{CodeDir: "/var/lib/jaild/audit", MaxCodeBytes: 64 << 10, Retention: Duration{7 * 24 * time.Hour}},
+	}
+}
+
+// Load reads path over the defaults. A missing file at the default path
+// is not an error (defaults apply); a missing file named explicitly is.
+func Load(path string, explicit bool) (Config, error) {
+	c := Default()
+	md, err := toml.DecodeFile(path, &c)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !explicit {
+			return c, c.Validate()
+		}
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return c, fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// MaxConcurrent resolves admission.max_concurrent (0: one per CPU).
+func (c *Config) MaxConcurrent() int {
+	if c.Admission.MaxConcurrent > 0 {
+		return c.Admission.MaxConcurrent
+	}
+	return runtime.NumCPU()
+}
+
+// Mode parses socket_mode.
+func (c *Config) Mode() os.FileMode {
+	m, _ := strconv.ParseUint(c.SocketMode, 8, 32)
+	return os.FileMode(m)
+}
+
+// Validate checks every key; the error names each bad one.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	for key, p := range map[string]string{"socket": c.Socket, "image": c.Image, "seccomp_profile": c.SeccompProfile, "run_dir": c.RunDir} {
+		if !filepath.IsAbs(p) {
+			bad(key, "must be an absolute path, got %q", p)
+		}
+	}
+	if len(c.Socket) > 107 {
+		bad("socket", "path longer than 107 bytes")
+	}
+	if m, err := strconv.ParseUint(c.SocketMode, 8, 32); err != nil || m > 0o777 {
+		bad("socket_mode", "must be an octal mode like \"0660\", got %q", c.SocketMode)
+	}
+	if c.HostIDBase == 0 || uint64(c.HostIDBase)+65536 > 1<<32-1 {
+		bad("host_id_base", "must be in 1..%d", uint64(1<<32-1-65536))
+	}
+	if c.ShutdownGrace.Duration < 0 {
+		bad("shutdown_grace", "must not be negative")
+	}
+	if c.MaxBodyBytes < 1<<10 || c.MaxBodyBytes > 1<<30 {
+		bad("max_body_bytes", "must be in 1024..%d", 1<<30)
+	}
+	if c.ReadTimeout.Duration <= 0 {
+		bad("read_timeout", "must be positive")
+	}
+	if c.IdleTimeout.Duration <= 0 {
+		bad("idle_timeout", "must be positive")
+	}
+	errs = append(errs, c.Defaults.validate("defaults"), c.Maxima.validate("maxima"), c.AdminMaxima.validate("admin_maxima"))
+	errs = append(errs, within("defaults", c.Defaults, "maxima", c.Maxima), within("maxima", c.Maxima, "admin_maxima", c.AdminMaxima))
+	a := c.Admission
+	if a.MaxConcurrent < 0 || a.MaxConcurrent > 1024 {
+		bad("admission.max_concurrent", "must be in 0..1024 (0: one per CPU)")
+	}
+	if a.QueueSize < 0 || a.QueueSize > 100000 {
+		bad("admission.queue_size", "must be in 0..100000")
+	}
+	if a.QueueWait.Duration < 0 {
+		bad("admission.queue_wait", "must not be negative")
+	}
+	if a.RatePerMinute < 0 {
+		bad("admission.rate_per_minute", "must not be negative (0: unlimited)")
+	}
+	if a.RatePerMinute > 0 && a.Burst < 1 {
+		bad("admission.burst", "must be at least 1 when a rate is set")
+	}
+	if a.DailyQuota < 0 {
+		bad("admission.daily_quota", "must not be negative (0: unlimited)")
+	}
+	if c.Audit.KeepCode && !filepath.IsAbs(c.Audit.CodeDir) {
+		bad("audit.code_dir", "must be an absolute path when audit.keep_code is set")
+	}
+	if c.Audit.MaxCodeBytes < 0 {
+		bad("audit.max_code_bytes", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// Engine ceilings for limit values (jail.Limits has its own, higher ones).
+var ceilings = Limits{TimeoutMs: 24 * 3600 * 1000, MemoryMB: 65536, Pids: 4096, FileSizeMB: 16384, OutputBytes: 256 << 20}
+
+func (l Limits) validate(section string) error {
+	var errs []error
+	for _, f := range l.fields(ceilings) {
+		if f.v <= 0 || f.v > f.ceil {
+			errs = append(errs, fmt.Errorf("%s.%s: must be in 1..%d, got %d", section, f.name, f.ceil, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func within(lo string, l Limits, hi string, h Limits) error {
+	var errs []error
+	for _, f := range l.fields(h) {
+		if f.v > f.ceil {
+			errs = append(errs, fmt.Errorf("%s.%s (%d) is above %s.%s (%d)", lo, f.name, f.v, hi, f.name, f.ceil))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type field struct {
+	name    string
+	v, ceil int64
+}
+
+// fields pairs each limit with the same limit of other, by wire name.
+func (l Limits) fields(other Limits) []field {
+	return []field{
+		{"timeout_ms", l.TimeoutMs, other.TimeoutMs},
+		{"memory_mb", l.MemoryMB, other.MemoryMB},
+		{"pids", l.Pids, other.Pids},
+		{"file_size_mb", l.FileSizeMB, other.FileSizeMB},
+		{"output_bytes", l.OutputBytes, other.OutputBytes},
+	}
+}

@@ -1,0 +1,87 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "jaild.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	p := write(t, `
+socket = "/tmp/x.sock"
+shutdown_grace = "5s"
+[defaults]
+timeout_ms = 2000
+[admission]
+max_concurrent = 3
+`)
+	c, err := Load(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Socket != "/tmp/x.sock" || c.Defaults.TimeoutMs != 2000 || c.Defaults.MemoryMB != 512 || c.MaxConcurrent() != 3 || c.ShutdownGrace.Seconds() != 5 {
+		t.Errorf("loaded %+v", c)
+	}
+}
+
+func TestLoadErrorsNameTheKey(t *testing.T) {
+	cases := map[string]string{
+		"unknown key":      "sockett = \"/x\"\n",
+		"relative socket":  "socket = \"x.sock\"\n",
+		"bad mode":         "socket_mode = \"rw\"\n",
+		"zero timeout":     "[defaults]\ntimeout_ms = 0\n",
+		"default over max": "[defaults]\nmemory_mb = 4096\n",
+		"max over admin":   "[maxima]\npids = 2000\n",
+		"bad duration":     "shutdown_grace = \"soon\"\n",
+		"negative quota":   "[admission]\ndaily_quota = -1\n",
+	}
+	want := map[string]string{
+		"unknown key": "sockett", "relative socket": "socket", "bad mode": "socket_mode",
+		"zero timeout": "defaults.timeout_ms", "default over max": "defaults.memory_mb",
+		"max over admin": "maxima.pids", "bad duration": "shutdown_grace", "negative quota": "admission.daily_quota",
+	}
+	for name, body := range cases {
+		_, err := Load(write(t, body), true)
+		if err == nil || !strings.Contains(err.Error(), want[name]) {
+			t.Errorf("%s: error %v, want one naming %s", name, err, want[name])
+		}
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	if _, err := Load("/nonexistent/jaild.toml", false); err != nil {
+		t.Errorf("missing default file: %v, want defaults", err)
+	}
+	if _, err := Load("/nonexistent/jaild.toml", true); err == nil {
+		t.Error("missing explicit file accepted")
+	}
+}
+
+// The example configuration shipped in systemd/ loads and documents the
+// true defaults.
+func TestShippedConfigIsTheDefault(t *testing.T) {
+	c, err := Load("../../systemd/jaild.toml", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Errorf("systemd/jaild.toml differs from Default():\n%+v\n%+v", c, Default())
+	}
+}

@@ -1,0 +1,291 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/seccomp"
+)
+
+// Config configures an Engine. Zero values are invalid unless noted.
+type Config struct {
+	// ImageDir holds rootfs.squashfs and manifest.json (rootfs/build.sh).
+	ImageDir string
+	// SeccompProfile is an OCI seccomp JSON file (seccomp-profiles/).
+	SeccompProfile string
+	// RunDir is the engine's private state directory (e.g. /run/jaild):
+	// libcontainer state, per-run directories and the rootfs mountpoint.
+	// Two engines must not share one.
+	RunDir string
+	// CgroupName names the directory, beneath the process's own cgroup,
+	// that holds one cgroup per run (e.g. "jails"). Two engines must not
+	// share one.
+	CgroupName string
+	// HostIDBase is the first host uid/gid of the 65536 ids mapped into
+	// every jail (0 in the jail is HostIDBase on the host). It must be
+	// non-zero so that host root is never mapped.
+	HostIDBase uint32
+	// Logger receives diagnostics (host paths and syscall details that
+	// callers never see). nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Ids inside the jail.
+const (
+	idMapSize = 65536
+	jailUID   = 1000
+	jailGID   = 1000
+)
+
+// In-jail paths.
+const (
+	workspaceDir = "/workspace"
+	metaDir      = "/jaild"
+	figuresDir   = metaDir + "/figures"
+	pythonPath   = "/usr/bin/python3"
+)
+
+// Validate checks the configuration before anything is created.
+func (c *Config) Validate() error {
+	var errs []error
+	need := func(name, v string) {
+		if v == "" || !filepath.IsAbs(v) {
+			errs = append(errs, fmt.Errorf("jail config: %s must be an absolute path, got %q", name, v))
+		}
+	}
+	need("ImageDir", c.ImageDir)
+	need("SeccompProfile", c.SeccompProfile)
+	need("RunDir", c.RunDir)
+	if c.CgroupName == "" || strings.ContainsAny(c.CgroupName, "/.") {
+		errs = append(errs, fmt.Errorf("jail config: CgroupName %q must be a plain name", c.CgroupName))
+	}
+	if c.HostIDBase == 0 || uint64(c.HostIDBase)+idMapSize > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("jail config: HostIDBase %d must be in 1..%d", c.HostIDBase, uint64(1<<32-1-idMapSize)))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine creates jails. It is safe for concurrent use.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	image    *rootfs.Image
+	seccomp  *specs.LinuxSeccomp
+	stateDir string // libcontainer's root
+	runsDir  string // one directory (a tmpfs mountpoint) per run
+	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+}
+
+// New validates cfg, sweeps whatever a crashed predecessor with the same
+// RunDir and CgroupName left behind, loads and checks the seccomp profile,
+// and verifies and mounts the rootfs image. It fails closed: without a
+// valid profile (or a build without seccomp support) or a valid image there
+// is no engine.
+func New(cfg Config) (_ *Engine, retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		stateDir: filepath.Join(cfg.RunDir, "state"),
+		runsDir:  filepath.Join(cfg.RunDir, "runs"),
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	prof, err := seccomp.Load(cfg.SeccompProfile)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp profile: %w", err)
+	}
+	e.seccomp = prof
+	for _, d := range []string{cfg.RunDir, e.stateDir, e.runsDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		if e.v2Base, err = prepareCgroupV2(); err != nil {
+			return nil, err
+		}
+	}
+	e.sweep()
+	mnt := filepath.Join(cfg.RunDir, "rootfs")
+	_ = unix.Unmount(mnt, unix.MNT_DETACH) // a predecessor's mount, if any
+	if e.image, err = rootfs.Open(cfg.ImageDir, mnt); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Manifest returns the verified manifest of the engine's rootfs image.
+func (e *Engine) Manifest() *rootfs.Manifest { return e.image.Manifest }
+
+// Seccomp returns the loaded seccomp profile; callers must not modify it.
+func (e *Engine) Seccomp() *specs.LinuxSeccomp { return e.seccomp }
+
+// CgroupMode names the cgroup hierarchy in use: "v2" or "v1".
+func CgroupMode() string {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return "v2"
+	}
+	return "v1"
+}
+
+// Close waits for runs in progress to finish, then unmounts the rootfs.
+// Run fails with ErrClosed afterwards.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.running.Wait()
+	return e.image.Close()
+}
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("jail engine closed")
+
+// cgroupPath is the libcontainer cgroup path of run id. On v1 a relative
+// path nests under the process's own cgroup in every hierarchy; on v2 the
+// path is absolute beneath the cgroup this process was started in.
+func (e *Engine) cgroupPath(id string) string {
+	if e.v2Base != "" {
+		return filepath.Join(e.v2Base, e.cfg.CgroupName, id)
+	}
+	return filepath.Join(e.cfg.CgroupName, id)
+}
+
+// prepareCgroupV2 makes the process's own cgroup usable as a parent of
+// jail cgroups. cgroup v2 forbids enabling controllers for children of a
+// cgroup that has processes, so the daemon moves itself into a leaf
+// "supervisor" child (as systemd's Delegate=yes expects) and returns its
+// original cgroup, beneath which jail cgroups are created.
+func prepareCgroupV2() (string, error) {
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	base := own[""]
+	if base == "" {
+		return "", errors.New("cgroup v2: no unified entry in /proc/self/cgroup")
+	}
+	if filepath.Base(base) == "supervisor" {
+		// Moved already (an engine was created before in this process).
+		return filepath.Dir(base), nil
+	}
+	if base == "/" {
+		return base, nil
+	}
+	sup := filepath.Join("/sys/fs/cgroup", base, "supervisor")
+	if err := os.Mkdir(sup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("cgroup v2: %w", err)
+	}
+	pids, err := cgroups.GetPids(filepath.Join("/sys/fs/cgroup", base))
+	if err != nil {
+		return "", fmt.Errorf("cgroup v2: %w", err)
+	}
+	for _, pid := range pids {
+		if err := cgroups.WriteCgroupProc(sup, pid); err != nil && !errors.Is(err, unix.ESRCH) {
+			return "", fmt.Errorf("cgroup v2: move pid %d to %s: %w", pid, sup, err)
+		}
+	}
+	return base, nil
+}
+
+// sweep destroys every jail, cgroup and run directory a predecessor with
+// the same RunDir and CgroupName left behind.
+func (e *Engine) sweep() {
+	ents, _ := os.ReadDir(e.stateDir)
+	for _, ent := range ents {
+		if c, err := libcontainer.Load(e.stateDir, ent.Name()); err == nil {
+			_ = c.Signal(unix.SIGKILL)
+			if err := c.Destroy(); err != nil {
+				e.log.Warn("sweep: destroy jail", "id", ent.Name(), "err", err)
+			}
+		}
+		_ = os.RemoveAll(filepath.Join(e.stateDir, ent.Name()))
+	}
+	for _, id := range e.leftoverCgroups() {
+		e.destroyCgroup(id)
+	}
+	ents, _ = os.ReadDir(e.runsDir)
+	for _, ent := range ents {
+		e.removeRunDir(filepath.Join(e.runsDir, ent.Name()))
+		e.log.Info("sweep: removed leftover run directory", "id", ent.Name())
+	}
+}
+
+// leftoverCgroups lists run cgroups found in any hierarchy.
+func (e *Engine) leftoverCgroups() []string {
+	var parents []string
+	if e.v2Base != "" {
+		parents = []string{filepath.Join("/sys/fs/cgroup", e.v2Base, e.cfg.CgroupName)}
+	} else {
+		for _, ss := range []string{"memory", "pids", "cpuacct", "devices", "freezer", "cpu", "blkio", "cpuset"} {
+			if p, err := cgroups.GetOwnCgroupPath(ss); err == nil {
+				parents = append(parents, filepath.Join(p, e.cfg.CgroupName))
+			}
+		}
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, p := range parents {
+		ents, _ := os.ReadDir(p)
+		for _, ent := range ents {
+			if ent.IsDir() && !seen[ent.Name()] {
+				seen[ent.Name()] = true
+				ids = append(ids, ent.Name())
+			}
+		}
+	}
+	return ids
+}
+
+// destroyCgroup kills every process in run id's cgroup and removes it.
+func (e *Engine) destroyCgroup(id string) {
+	m, err := manager.New(&cgroups.Cgroup{Path: e.cgroupPath(id), Resources: &cgroups.Resources{}})
+	if err != nil {
+		e.log.Warn("sweep: cgroup manager", "id", id, "err", err)
+		return
+	}
+	for attempt := 0; attempt < 50; attempt++ {
+		pids, _ := m.GetAllPids()
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := m.Destroy(); err != nil {
+		e.log.Warn("sweep: remove cgroup", "id", id, "err", err)
+	}
+}
+
+// removeRunDir unmounts a run's tmpfs and removes its mountpoint.
+func (e *Engine) removeRunDir(dir string) {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		e.log.Warn("unmount run directory", "dir", dir, "err", err)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Warn("remove run directory", "dir", dir, "err", err)
+	}
+}

@@ -1,0 +1,141 @@
+package jail
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// Paths masked and made read-only in every jail: runc's and Docker's
+// defaults, plus a few more host details (DMI ids, kernel symbol table).
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+		"/proc/scsi", "/proc/kallsyms", "/proc/kmsg", "/proc/sysrq-trigger",
+		"/sys/firmware", "/sys/devices/virtual/powercap", "/sys/class/dmi", "/sys/devices/virtual/dmi",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}
+)
+
+// shmBytes bounds /dev/shm; its pages are charged to the jail's memory
+// cgroup as well.
+const shmBytes = 64 << 20
+
+// config builds the libcontainer configuration of one run. The OCI spec is
+// the readable form; specconv turns it into libcontainer's, including the
+// seccomp filter.
+func (e *Engine) config(id, runDir string, l Limits) (*configs.Config, error) {
+	hostBase := e.cfg.HostIDBase
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: hostBase, Size: idMapSize}}
+	mem := l.MemoryBytes
+	pids := l.Pids
+	oomAdj := 1000
+	noexec := []string{"nosuid", "noexec", "nodev"}
+	spec := &specs.Spec{
+		Version:  specs.Version,
+		Root:     &specs.Root{Path: e.image.Root, Readonly: true},
+		Hostname: "jail",
+		Process: &specs.Process{
+			User:            specs.User{UID: jailUID, GID: jailGID},
+			NoNewPrivileges: true,
+			Capabilities:    &specs.LinuxCapabilities{},
+			OOMScoreAdj:     &oomAdj,
+		},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: noexec},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=64k"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: append(noexec, "mode=1777", "size="+strconv.Itoa(shmBytes))},
+			{Destination: workspaceDir, Type: "bind", Source: filepath.Join(runDir, "work"), Options: []string{"bind", "nosuid", "nodev"}},
+			{Destination: "/tmp", Type: "bind", Source: filepath.Join(runDir, "tmp"), Options: []string{"bind", "nosuid", "nodev"}},
+			{Destination: metaDir, Type: "bind", Source: filepath.Join(runDir, "meta"), Options: []string{"bind", "nosuid", "nodev", "noexec"}},
+		},
+		Linux: &specs.Linux{
+			UIDMappings: idmap,
+			GIDMappings: idmap,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.UserNamespace}, {Type: specs.MountNamespace}, {Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+				Memory:  &specs.LinuxMemory{Limit: &mem, Swap: &mem},
+				Pids:    &specs.LinuxPids{Limit: &pids},
+			},
+			CgroupsPath:   e.cgroupPath(id),
+			Sysctl:        map[string]string{"kernel.shm_rmid_forced": "1"},
+			Seccomp:       e.seccomp,
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec, NoNewKeyring: false})
+	if err != nil {
+		return nil, fmt.Errorf("jail config: %w", err)
+	}
+	if cfg.Seccomp == nil {
+		// Fail closed: never start a jail without the filter.
+		return nil, fmt.Errorf("jail config: seccomp filter missing")
+	}
+	// specconv adds a loopback "network" for the new net namespace; bringing
+	// it up is libcontainer's job inside the jail.
+	return cfg, nil
+}
+
+// rlimits derives the process rlimits from the run's limits. RLIMIT_CPU
+// is a backstop for the wall-clock timer (a multi-threaded run can burn
+// CPU faster than wall time): SIGXCPU one second past the timeout, SIGKILL
+// one second later.
+func rlimits(l Limits) []configs.Rlimit {
+	cpu := uint64((l.Timeout.Milliseconds()+999)/1000) + 1
+	same := func(t int, v int64) configs.Rlimit { return configs.Rlimit{Type: t, Hard: uint64(v), Soft: uint64(v)} }
+	return []configs.Rlimit{
+		same(unix.RLIMIT_AS, l.AddressSpaceBytes),
+		{Type: unix.RLIMIT_CPU, Soft: cpu, Hard: cpu + 1},
+		same(unix.RLIMIT_NPROC, l.Pids),
+		same(unix.RLIMIT_FSIZE, l.FileSizeBytes),
+		same(unix.RLIMIT_NOFILE, l.OpenFiles),
+		same(unix.RLIMIT_STACK, l.StackBytes),
+		same(unix.RLIMIT_CORE, 0),
+		same(unix.RLIMIT_MEMLOCK, 64<<10),
+		same(unix.RLIMIT_MSGQUEUE, 0),
+	}
+}
+
+// environ builds the jail's environment: the engine's allowlist plus the
+// caller's validated variables; nothing of the daemon's own environment.
+func environ(l Limits, extra map[string]string) []string {
+	threads := min(runtime.NumCPU(), max(1, int(l.Pids/8)), 4)
+	n := strconv.Itoa(threads)
+	env := map[string]string{
+		"PATH":                   "/usr/local/bin:/usr/bin:/bin",
+		"HOME":                   "/tmp",
+		"LANG":                   "C.UTF-8",
+		"LC_ALL":                 "C.UTF-8",
+		"TZ":                     "UTC",
+		"MPLBACKEND":             "Agg",
+		"MPLCONFIGDIR":           "/tmp/.matplotlib",
+		"OPENBLAS_NUM_THREADS":   n,
+		"OMP_NUM_THREADS":        n,
+		"MKL_NUM_THREADS":        n,
+		"NUMEXPR_NUM_THREADS":    n,
+		"VECLIB_MAXIMUM_THREADS": n,
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,291 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// ErrInvalid marks a request the engine refuses before creating anything.
+var ErrInvalid = errors.New("invalid jail request")
+
+// Limits bound one run. Every field must be positive; Validate checks them
+// against the engine's absolute ceilings (callers' maxima are the daemon's
+// business and are lower).
+type Limits struct {
+	Timeout           time.Duration // wall clock; RLIMIT_CPU is derived from it
+	MemoryBytes       int64         // cgroup memory limit, swap included (no swap)
+	Pids              int64         // cgroup pids limit and RLIMIT_NPROC
+	FileSizeBytes     int64         // RLIMIT_FSIZE
+	OutputBytes       int64         // cap per output stream (stdout, stderr)
+	WorkspaceBytes    int64         // size of the run's tmpfs (workspace, /tmp, /jaild)
+	WorkspaceInodes   int64         // inodes of that tmpfs
+	OpenFiles         int64         // RLIMIT_NOFILE
+	AddressSpaceBytes int64         // RLIMIT_AS
+	StackBytes        int64         // RLIMIT_STACK
+}
+
+// DefaultLimits are the limits of a run that asks for nothing special.
+func DefaultLimits() Limits {
+	return Limits{
+		Timeout:           10 * time.Second,
+		MemoryBytes:       512 << 20,
+		Pids:              64,
+		FileSizeBytes:     64 << 20,
+		OutputBytes:       1 << 20,
+		WorkspaceBytes:    128 << 20,
+		WorkspaceInodes:   16384,
+		OpenFiles:         1024,
+		AddressSpaceBytes: 16 << 30,
+		StackBytes:        8 << 20,
+	}
+}
+
+// ceilings are absolute bounds no configuration can exceed.
+var ceilings = Limits{
+	Timeout:           24 * time.Hour,
+	MemoryBytes:       64 << 30,
+	Pids:              4096,
+	FileSizeBytes:     16 << 30,
+	OutputBytes:       256 << 20,
+	WorkspaceBytes:    64 << 30,
+	WorkspaceInodes:   1 << 22,
+	OpenFiles:         65536,
+	AddressSpaceBytes: 1 << 40,
+	StackBytes:        1 << 30,
+}
+
+// Validate returns an error wrapping ErrInvalid that names the first field
+// that is not positive or is above the engine's ceiling.
+func (l Limits) Validate() error {
+	check := func(name string, v, ceil int64) error {
+		if v <= 0 || v > ceil {
+			return fmt.Errorf("%w: limit %s=%d must be in 1..%d", ErrInvalid, name, v, ceil)
+		}
+		return nil
+	}
+	return errors.Join(
+		check("timeout_ms", l.Timeout.Milliseconds(), ceilings.Timeout.Milliseconds()),
+		check("memory_bytes", l.MemoryBytes, ceilings.MemoryBytes),
+		check("pids", l.Pids, ceilings.Pids),
+		check("file_size_bytes", l.FileSizeBytes, ceilings.FileSizeBytes),
+		check("output_bytes", l.OutputBytes, ceilings.OutputBytes),
+		check("workspace_bytes", l.WorkspaceBytes, ceilings.WorkspaceBytes),
+		check("workspace_inodes", l.WorkspaceInodes, ceilings.WorkspaceInodes),
+		check("open_files", l.OpenFiles, ceilings.OpenFiles),
+		check("address_space_bytes", l.AddressSpaceBytes, ceilings.AddressSpaceBytes),
+		check("stack_bytes", l.StackBytes, ceilings.StackBytes),
+	)
+}
+
+// File is a file written into the workspace before the run starts.
+type File struct {
+	Path string // relative to the workspace; see ValidatePath
+	Data []byte
+}
+
+// Request describes one run.
+type Request struct {
+	// Code is the Python source the runner executes as __main__.
+	Code string
+	// Command, when set, runs this argv instead of the Python runner (used
+	// for ruff); Code, LastLineInteractive and figures do not apply then.
+	Command []string
+	// Stdin is the program's standard input; nil means empty.
+	Stdin []byte
+	// Files are written into the workspace before the program starts.
+	Files []File
+	// ReturnFiles are patterns (relative to the workspace; *, ? and [..]
+	// within a name, ** across directories) of files to read back.
+	ReturnFiles []string
+	// LastLineInteractive asks the runner to report the value of a final
+	// expression statement, as a REPL would.
+	LastLineInteractive bool
+	// Env adds variables to the jail's environment; see ValidateEnv.
+	Env    map[string]string
+	Limits Limits
+}
+
+// Bounds on the request's own shape.
+const (
+	MaxFiles        = 1000
+	MaxPathBytes    = 1024
+	MaxNameBytes    = 255
+	MaxPathDepth    = 32
+	MaxPatterns     = 64
+	MaxEnvVars      = 64
+	MaxEnvNameBytes = 128
+	MaxEnvValBytes  = 4096
+)
+
+// ValidatePath checks a workspace-relative path from a caller: non-empty,
+// clean, relative, no "..", no NUL, bounded in length and depth. The error
+// wraps ErrInvalid and says which rule failed.
+func ValidatePath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: path is empty", ErrInvalid)
+	case len(p) > MaxPathBytes:
+		return fmt.Errorf("%w: path is longer than %d bytes", ErrInvalid, MaxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w: path %q contains NUL", ErrInvalid, p)
+	case strings.HasPrefix(p, "/"):
+		return fmt.Errorf("%w: path %q must be relative to the workspace", ErrInvalid, p)
+	}
+	parts := strings.Split(p, "/")
+	if len(parts) > MaxPathDepth {
+		return fmt.Errorf("%w: path %q is deeper than %d", ErrInvalid, p, MaxPathDepth)
+	}
+	for _, c := range parts {
+		switch {
+		case c == "" || c == ".":
+			return fmt.Errorf("%w: path %q is not clean (empty or . component)", ErrInvalid, p)
+		case c == "..":
+			return fmt.Errorf("%w: path %q contains ..", ErrInvalid, p)
+		case len(c) > MaxNameBytes:
+			return fmt.Errorf("%w: path %q has a component longer than %d bytes", ErrInvalid, p, MaxNameBytes)
+		}
+	}
+	return nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv are set by the engine and cannot be overridden.
+var reservedEnv = map[string]bool{
+	"PATH": true, "HOME": true, "MPLBACKEND": true, "MPLCONFIGDIR": true,
+	"OPENBLAS_NUM_THREADS": true, "OMP_NUM_THREADS": true, "MKL_NUM_THREADS": true,
+	"NUMEXPR_NUM_THREADS": true, "VECLIB_MAXIMUM_THREADS": true,
+}
+
+// allowedPython are the PYTHON* variables a caller may set; the others
+// (PYTHONHOME, PYTHONSTARTUP, ...) would change how the runner starts.
+var allowedPython = map[string]bool{
+	"PYTHONPATH": true, "PYTHONHASHSEED": true, "PYTHONIOENCODING": true,
+	"PYTHONUTF8": true, "PYTHONWARNINGS": true, "PYTHONFAULTHANDLER": true,
+	"PYTHONUNBUFFERED": true,
+}
+
+// ValidateEnv checks caller-supplied variables: names are identifiers, not
+// reserved by the engine, not LD_*, and PYTHON* only from a small set;
+// values have no NUL; count and sizes are bounded.
+func ValidateEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("%w: at most %d env variables", ErrInvalid, MaxEnvVars)
+	}
+	for k, v := range env {
+		switch {
+		case len(k) > MaxEnvNameBytes || !envName.MatchString(k):
+			return fmt.Errorf("%w: env name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", ErrInvalid, k, MaxEnvNameBytes)
+		case reservedEnv[k]:
+			return fmt.Errorf("%w: env %s is set by jaild and cannot be overridden", ErrInvalid, k)
+		case strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "_LIBCONTAINER") || strings.HasPrefix(k, "JAILD_"):
+			return fmt.Errorf("%w: env %s is not allowed", ErrInvalid, k)
+		case strings.HasPrefix(k, "PYTHON") && !allowedPython[k]:
+			return fmt.Errorf("%w: env %s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", ErrInvalid, k)
+		case len(v) > MaxEnvValBytes || strings.IndexByte(v, 0) >= 0:
+			return fmt.Errorf("%w: env %s value must be at most %d bytes without NUL", ErrInvalid, k, MaxEnvValBytes)
+		}
+	}
+	return nil
+}
+
+// Validate checks the whole request; the error wraps ErrInvalid.
+func (r *Request) Validate() error {
+	if err := r.Limits.Validate(); err != nil {
+		return err
+	}
+	if len(r.Command) == 0 && r.Code == "" && len(r.Files) == 0 {
+		return fmt.Errorf("%w: code is empty", ErrInvalid)
+	}
+	if strings.IndexByte(r.Code, 0) >= 0 {
+		return fmt.Errorf("%w: code contains NUL", ErrInvalid)
+	}
+	if len(r.Files) > MaxFiles {
+		return fmt.Errorf("%w: at most %d files", ErrInvalid, MaxFiles)
+	}
+	seen := make(map[string]bool, len(r.Files))
+	var total int64
+	for _, f := range r.Files {
+		if err := ValidatePath(f.Path); err != nil {
+			return fmt.Errorf("files: %w", err)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("%w: files: duplicate path %q", ErrInvalid, f.Path)
+		}
+		seen[f.Path] = true
+		total += int64(len(f.Data))
+	}
+	if total > r.Limits.WorkspaceBytes {
+		return fmt.Errorf("%w: files total %d bytes, more than the workspace size %d", ErrInvalid, total, r.Limits.WorkspaceBytes)
+	}
+	if len(r.ReturnFiles) > MaxPatterns {
+		return fmt.Errorf("%w: at most %d return_files patterns", ErrInvalid, MaxPatterns)
+	}
+	for _, p := range r.ReturnFiles {
+		if err := ValidatePattern(p); err != nil {
+			return fmt.Errorf("return_files: %w", err)
+		}
+	}
+	return ValidateEnv(r.Env)
+}
+
+// Status is the outcome of a run.
+type Status string
+
+// Statuses, most specific first in the order Run decides them.
+const (
+	StatusOK          Status = "ok"           // exited 0
+	StatusError       Status = "error"        // exited non-zero
+	StatusTimeout     Status = "timeout"      // wall-clock limit reached
+	StatusMemoryLimit Status = "memory_limit" // the cgroup OOM killer fired
+	StatusCPULimit    Status = "cpu_limit"    // RLIMIT_CPU reached
+	StatusOutputLimit Status = "output_limit" // an output stream passed its cap
+	StatusKilled      Status = "killed"       // killed by a signal, or cancelled
+)
+
+// Exception is the runner's record of an uncaught exception, validated.
+type Exception struct {
+	Type    string
+	Message string
+	Line    int // 0 when unknown
+}
+
+// Figure is a PNG saved by the runner from a matplotlib figure.
+type Figure struct {
+	Name string
+	Data []byte
+}
+
+// OutFile is a file read back from the workspace. Error is set (and Data
+// empty) when the file matched but was not returned, e.g. a symlink.
+type OutFile struct {
+	Path  string
+	Size  int64
+	Data  []byte
+	Error string
+}
+
+// Result is everything a run produced. Every byte in it came from the jail
+// and has been bounded; text fields may hold invalid UTF-8.
+type Result struct {
+	ID              string
+	Status          Status
+	ExitCode        int // -1 when killed by a signal
+	Signal          int // 0 when exited normally
+	Stdout, Stderr  []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	TimedOut        bool
+	OOMKilled       bool
+	Cancelled       bool
+	Duration        time.Duration
+	CPUTime         time.Duration
+	PeakMemoryBytes uint64
+	Exception       *Exception
+	ResultRepr      *string
+	Figures         []Figure
+	Files           []OutFile
+}

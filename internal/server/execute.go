@@ -1,0 +1,293 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
+)
+
+// Bounds on request fields (the body cap bounds them all as well).
+const (
+	maxCodeBytes  = 1 << 20
+	maxStdinBytes = 16 << 20
+)
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
+	start := time.Now()
+	who := callerOf(r)
+	var req api.ExecuteRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.audit.refused(who, "execute", err)
+		return err
+	}
+	jr, err := s.jailRequest(&req, who)
+	if err != nil {
+		s.audit.refused(who, "execute", err)
+		return err
+	}
+	res, queued, err := s.run(r.Context(), who, jr)
+	s.setQuotaHeader(w, who)
+	if err != nil {
+		s.audit.refused(who, "execute", err)
+		return err
+	}
+	resp := response(res, jr.Limits)
+	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// run admits the request and runs it in a jail. The run is killed when the
+// client goes away (r.Context is cancelled) or when the daemon aborts.
+func (s *Server) run(ctx context.Context, who admission.Caller, jr *jail.Request) (*jail.Result, time.Duration, error) {
+	qstart := time.Now()
+	release, err := s.adm.Admit(ctx, who)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("%w: client went away while queued", api.ErrUnavailable)
+		}
+		return nil, 0, err
+	}
+	defer release()
+	queued := time.Since(qstart)
+	res, err := s.engine.Run(ctx, jail.NewID(), jr)
+	switch {
+	case errors.Is(err, jail.ErrInvalid):
+		return nil, queued, fmt.Errorf("%w: %v", api.ErrInvalidArgument, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+	case errors.Is(err, jail.ErrClosed):
+		return nil, queued, fmt.Errorf("%w: the daemon is shutting down", api.ErrUnavailable)
+	case err != nil:
+		return nil, queued, fmt.Errorf("%w: run failed: %v", api.ErrInternal, err)
+	}
+	return res, queued, nil
+}
+
+func (s *Server) setQuotaHeader(w http.ResponseWriter, who admission.Caller) {
+	if n := s.adm.QuotaRemaining(who); n >= 0 {
+		w.Header().Set("X-Jaild-Quota-Remaining", strconv.FormatInt(n, 10))
+	}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{api.ErrInvalidArgument}, args...)...)
+}
+
+// jailRequest validates an execute request into the engine's typed form.
+func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*jail.Request, error) {
+	if req.Code == "" {
+		return nil, invalid("code is required and must not be empty")
+	}
+	if len(req.Code) > maxCodeBytes {
+		return nil, invalid("code is %d bytes; the maximum is %d", len(req.Code), maxCodeBytes)
+	}
+	if strings.IndexByte(req.Code, 0) >= 0 {
+		return nil, invalid("code contains a NUL byte")
+	}
+	limits, err := s.limits(req.Limits, who)
+	if err != nil {
+		return nil, err
+	}
+	jr := &jail.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits}
+	if req.Stdin != nil {
+		if len(*req.Stdin) > maxStdinBytes {
+			return nil, invalid("stdin is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
+		}
+		jr.Stdin = []byte(*req.Stdin)
+	}
+	if len(req.Files) > jail.MaxFiles {
+		return nil, invalid("files has %d entries; the maximum is %d", len(req.Files), jail.MaxFiles)
+	}
+	seen := map[string]bool{}
+	var total int64
+	for i, f := range req.Files {
+		if err := jail.ValidatePath(f.Path); err != nil {
+			return nil, invalid("files[%d].path: %s", i, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+		}
+		if seen[f.Path] {
+			return nil, invalid("files[%d].path: duplicate path %q", i, f.Path)
+		}
+		seen[f.Path] = true
+		data, err := base64.StdEncoding.DecodeString(f.ContentB64)
+		if err != nil {
+			return nil, invalid("files[%d].content_b64: not valid standard base64: %v", i, err)
+		}
+		total += int64(len(data))
+		if total > limits.WorkspaceBytes {
+			return nil, invalid("files: %d bytes in total, more than the workspace size of %d bytes", total, limits.WorkspaceBytes)
+		}
+		jr.Files = append(jr.Files, jail.File{Path: f.Path, Data: data})
+	}
+	if len(req.ReturnFiles) > jail.MaxPatterns {
+		return nil, invalid("return_files has %d entries; the maximum is %d", len(req.ReturnFiles), jail.MaxPatterns)
+	}
+	for i, p := range req.ReturnFiles {
+		if err := jail.ValidatePattern(p); err != nil {
+			return nil, invalid("return_files[%d]: %s", i, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+		}
+	}
+	jr.ReturnFiles = req.ReturnFiles
+	if err := jail.ValidateEnv(req.Env); err != nil {
+		return nil, invalid("%s", strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+	}
+	return jr, nil
+}
+
+// limits resolves a request's limits: defaults for what it leaves out,
+// and a clear refusal, naming the field and the bound, for a value below 1
+// or above the caller's maxima. A caller can never raise a limit.
+func (s *Server) limits(in *api.Limits, who admission.Caller) (jail.Limits, error) {
+	d, m := s.cfg.Defaults, s.cfg.Maxima
+	if who.Admin {
+		m = s.cfg.AdminMaxima
+	}
+	v := d
+	if in != nil {
+		fields := []struct {
+			name     string
+			req      *int64
+			dst, max *int64
+		}{
+			{"timeout_ms", in.TimeoutMs, &v.TimeoutMs, &m.TimeoutMs},
+			{"memory_mb", in.MemoryMB, &v.MemoryMB, &m.MemoryMB},
+			{"pids", in.Pids, &v.Pids, &m.Pids},
+			{"file_size_mb", in.FileSizeMB, &v.FileSizeMB, &m.FileSizeMB},
+			{"output_bytes", in.OutputBytes, &v.OutputBytes, &m.OutputBytes},
+		}
+		for _, f := range fields {
+			if f.req == nil {
+				continue
+			}
+			switch {
+			case *f.req < 1:
+				return jail.Limits{}, invalid("limits.%s must be at least 1, got %d", f.name, *f.req)
+			case *f.req > *f.max:
+				return jail.Limits{}, invalid("limits.%s=%d is above the maximum of %d for this caller", f.name, *f.req, *f.max)
+			}
+			*f.dst = *f.req
+		}
+	}
+	return engineLimits(v), nil
+}
+
+// engineLimits turns wire limits into the engine's, deriving the limits a
+// caller does not set (workspace, address space, ...) from the defaults.
+func engineLimits(v config.Limits) jail.Limits {
+	l := jail.DefaultLimits()
+	l.Timeout = time.Duration(v.TimeoutMs) * time.Millisecond
+	l.MemoryBytes = v.MemoryMB << 20
+	l.Pids = v.Pids
+	l.FileSizeBytes = v.FileSizeMB << 20
+	l.OutputBytes = v.OutputBytes
+	// The workspace must hold at least one file of the largest size allowed.
+	l.WorkspaceBytes = max(l.WorkspaceBytes, l.FileSizeBytes)
+	// RLIMIT_AS is no memory limit (the cgroup is); it stops absurd mappings
+	// and must stay well above memory_mb.
+	l.AddressSpaceBytes = max(l.AddressSpaceBytes, 4*l.MemoryBytes)
+	return l
+}
+
+// response maps an engine result to the wire, with one actionable line in
+// message. Output is returned as text: invalid UTF-8 becomes U+FFFD.
+func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
+	out := &api.ExecuteResponse{
+		RunID:           res.ID,
+		Status:          string(res.Status),
+		Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
+		Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+		StdoutTruncated: res.StdoutTruncated,
+		StderrTruncated: res.StderrTruncated,
+		TimedOut:        res.TimedOut,
+		OOMKilled:       res.OOMKilled,
+		Result:          res.ResultRepr,
+		Files:           []api.FileOut{},
+		Figures:         []api.Figure{},
+		Usage: api.Usage{
+			DurationMs:      res.Duration.Milliseconds(),
+			CPUMs:           res.CPUTime.Milliseconds(),
+			PeakMemoryBytes: res.PeakMemoryBytes,
+		},
+	}
+	if res.Signal != 0 {
+		sig := res.Signal
+		out.Signal = &sig
+	} else {
+		code := res.ExitCode
+		out.ExitCode = &code
+	}
+	if e := res.Exception; e != nil {
+		out.Error = &api.ExecError{Type: e.Type, Message: e.Message}
+		if e.Line > 0 {
+			line := e.Line
+			out.Error.Line = &line
+		}
+	}
+	for _, f := range res.Files {
+		fo := api.FileOut{Path: strings.ToValidUTF8(f.Path, "\uFFFD"), SizeBytes: f.Size, Error: f.Error}
+		if f.Error == "" {
+			fo.ContentB64 = base64.StdEncoding.EncodeToString(f.Data)
+		}
+		out.Files = append(out.Files, fo)
+	}
+	for _, f := range res.Figures {
+		out.Figures = append(out.Figures, api.Figure{Name: f.Name, ContentB64: base64.StdEncoding.EncodeToString(f.Data)})
+	}
+	out.Message = message(res, l)
+	return out
+}
+
+func message(res *jail.Result, l jail.Limits) string {
+	switch res.Status {
+	case jail.StatusOK:
+		return ""
+	case jail.StatusTimeout:
+		return "Execution terminated after " + humanDuration(l.Timeout) + " (the time limit)"
+	case jail.StatusMemoryLimit:
+		return fmt.Sprintf("Memory limit of %d MB exceeded; the process was killed", l.MemoryBytes>>20)
+	case jail.StatusOutputLimit:
+		return fmt.Sprintf("Output limit of %d bytes exceeded; the process was killed", l.OutputBytes)
+	case jail.StatusCPULimit:
+		return "CPU time limit exceeded; the process was killed"
+	case jail.StatusKilled:
+		if res.Cancelled {
+			return "Execution cancelled"
+		}
+		return fmt.Sprintf("Process killed by signal %d (%s)", res.Signal, signalName(res.Signal))
+	}
+	if e := res.Exception; e != nil {
+		if e.Message == "" {
+			return e.Type
+		}
+		first, _, _ := strings.Cut(e.Message, "\n")
+		return e.Type + ": " + first
+	}
+	return fmt.Sprintf("Process exited with code %d", res.ExitCode)
+}
+
+func humanDuration(d time.Duration) string {
+	if d%time.Second == 0 {
+		n := int64(d / time.Second)
+		if n == 1 {
+			return "1 second"
+		}
+		return strconv.FormatInt(n, 10) + " seconds"
+	}
+	return d.String()
+}
+
+func signalName(sig int) string {
+	names := map[int]string{6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ", 7: "SIGBUS", 8: "SIGFPE", 4: "SIGILL"}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return "signal " + strconv.Itoa(sig)
+}

@@ -1,0 +1,41 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/version"
+)
+
+func wireLimits(l config.Limits) api.LimitValues {
+	return api.LimitValues{TimeoutMs: l.TimeoutMs, MemoryMB: l.MemoryMB, Pids: l.Pids, FileSizeMB: l.FileSizeMB, OutputBytes: l.OutputBytes}
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
+	who := callerOf(r)
+	m := s.engine.Manifest()
+	prof := s.engine.Seccomp()
+	running, queued := s.adm.Usage()
+	info := api.Info{
+		Version: version.Version,
+		API:     "v1",
+		Rootfs: api.RootfsInfo{
+			Name: m.Name, ImageDigest: m.ImageDigest, PythonVersion: m.PythonVersion, DebianSuite: m.DebianSuite,
+			PythonPackages: m.PythonPackages, Packages: len(m.Packages), BuiltAt: m.BuiltAt,
+		},
+		Defaults:    wireLimits(s.cfg.Defaults),
+		Maxima:      wireLimits(s.cfg.Maxima),
+		AdminMaxima: wireLimits(s.cfg.AdminMaxima),
+		CgroupMode:  jail.CgroupMode(),
+		Seccomp:     api.SeccompInfo{Profile: s.cfg.SeccompProfile, DefaultAction: string(prof.DefaultAction), Rules: len(prof.Syscalls)},
+		Capacity:    api.Capacity{MaxConcurrent: s.cfg.MaxConcurrent(), Running: running, QueueSize: s.cfg.Admission.QueueSize, Queued: queued},
+		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin},
+	}
+	if n := s.adm.QuotaRemaining(who); n >= 0 {
+		info.Caller.QuotaRemaining = &n
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}

@@ -1,0 +1,262 @@
+// Package server is jaild's HTTP API on a Unix socket: request decoding and
+// validation, admission, the jail runs behind execute, lint and format, the
+// info and health endpoints, error mapping, and the audit log.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os/user"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
+)
+
+// Server serves the API. Create it with New.
+type Server struct {
+	cfg     config.Config
+	engine  *jail.Engine
+	adm     *admission.Controller
+	log     *slog.Logger
+	audit   *auditor
+	adminG  string // gid of the admin group, "" if it does not exist
+	baseCtx context.Context
+	stop    context.CancelFunc
+
+	adminMu    sync.Mutex
+	adminCache map[uint32]adminEntry
+}
+
+type adminEntry struct {
+	admin bool
+	at    time.Time
+}
+
+// New returns a Server over an engine. log receives the audit lines and
+// diagnostics.
+func New(cfg config.Config, engine *jail.Engine, log *slog.Logger) (*Server, error) {
+	a := cfg.Admission
+	s := &Server{
+		cfg:    cfg,
+		engine: engine,
+		log:    log,
+		adm: admission.New(admission.Config{
+			MaxConcurrent: cfg.MaxConcurrent(), QueueSize: a.QueueSize, QueueWait: a.QueueWait.Duration,
+			RatePerMinute: a.RatePerMinute, Burst: a.Burst, DailyQuota: a.DailyQuota,
+		}),
+		adminCache: map[uint32]adminEntry{},
+	}
+	if g, err := user.LookupGroup(cfg.AdminGroup); err == nil {
+		s.adminG = g.Gid
+	}
+	var err error
+	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
+		return nil, err
+	}
+	s.baseCtx, s.stop = context.WithCancel(context.Background())
+	return s, nil
+}
+
+type ctxKey struct{}
+
+// HTTPServer returns the http.Server to run on the daemon's listener, with
+// the connection deadlines that keep slow clients from holding slots.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.cfg.ReadTimeout.Duration,
+		IdleTimeout:       s.cfg.IdleTimeout.Duration,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, ctxKey{}, s.peer(c))
+		},
+	}
+}
+
+// Abort cancels the context of every request in flight, which kills their
+// runs; used when the shutdown grace period is over.
+func (s *Server) Abort() { s.stop() }
+
+// Usage reports runs in progress and queued.
+func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
+
+// peer identifies the caller of a connection with SO_PEERCRED. A
+// connection whose credentials cannot be read is treated as the most
+// restricted caller (uid nobody, never admin).
+func (s *Server) peer(c net.Conn) admission.Caller {
+	nobody := admission.Caller{UID: 65534, PID: -1}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nobody
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nobody
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return nobody
+	}
+	return admission.Caller{UID: cred.Uid, PID: cred.Pid, Admin: s.isAdmin(cred.Uid, cred.Gid)}
+}
+
+// isAdmin: root, or a member of the admin group (cached for a minute).
+func (s *Server) isAdmin(uid, gid uint32) bool {
+	if uid == 0 {
+		return true
+	}
+	if s.adminG == "" {
+		return false
+	}
+	if strconv.FormatUint(uint64(gid), 10) == s.adminG {
+		return true
+	}
+	s.adminMu.Lock()
+	e, ok := s.adminCache[uid]
+	s.adminMu.Unlock()
+	if ok && time.Since(e.at) < time.Minute {
+		return e.admin
+	}
+	admin := false
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		if gids, err := u.GroupIds(); err == nil {
+			admin = slices.Contains(gids, s.adminG)
+		}
+	}
+	s.adminMu.Lock()
+	s.adminCache[uid] = adminEntry{admin, time.Now()}
+	s.adminMu.Unlock()
+	return admin
+}
+
+func callerOf(r *http.Request) admission.Caller {
+	c, ok := r.Context().Value(ctxKey{}).(admission.Caller)
+	if !ok {
+		return admission.Caller{UID: 65534, PID: -1}
+	}
+	return c
+}
+
+type route struct {
+	method string
+	h      func(http.ResponseWriter, *http.Request) error
+}
+
+// Handler returns the API's routes. Every error, including 404 and 405,
+// goes out through writeError in the one JSON shape.
+func (s *Server) Handler() http.Handler {
+	routes := map[string]route{
+		"/v1/execute": {http.MethodPost, s.execute},
+		"/v1/lint":    {http.MethodPost, s.lint},
+		"/v1/format":  {http.MethodPost, s.format},
+		"/v1/info":    {http.MethodGet, s.info},
+		"/v1/health":  {http.MethodGet, s.health},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := routes[r.URL.Path]
+		var err error
+		switch {
+		case !ok:
+			err = fmt.Errorf("%w: no endpoint %s (see GET /v1/info)", api.ErrNotFound, r.URL.Path)
+		case r.Method != rt.method:
+			w.Header().Set("Allow", rt.method)
+			err = fmt.Errorf("%w: %s takes %s, not %s", api.ErrMethodNotAllowed, r.URL.Path, rt.method, r.Method)
+		default:
+			err = rt.h(w, r)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// writeError is the one place where an error becomes an HTTP response.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, typ := api.Classify(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		// Host paths and syscall details go to the log, not to the caller.
+		s.log.Error("internal error", "path", r.URL.Path, "err", err)
+		msg = "internal error; see the daemon's log"
+	}
+	var re *admission.RetryError
+	if errors.As(err, &re) {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(re.After.Seconds(), 1))), 10))
+	}
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Type: typ, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// decode reads one JSON object of at most max_body_bytes from the body,
+// refusing unknown fields and trailing data.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, s.cfg.MaxBodyBytes)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return decodeError(err, s.cfg.MaxBodyBytes)
+		}
+		return fmt.Errorf("%w: body: trailing data after the JSON object", api.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func decodeError(err error, limit int64) error {
+	var tooBig *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &tooBig):
+		return fmt.Errorf("%w: body is larger than %d bytes", api.ErrTooLarge, limit)
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "body"
+		}
+		return fmt.Errorf("%w: %s: expected %s, got JSON %s", api.ErrInvalidArgument, field, typeErr.Type, typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("%w: body is not valid JSON at byte %d: %v", api.ErrInvalidArgument, syntaxErr.Offset, err)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("%w: body is empty; expected a JSON object", api.ErrInvalidArgument)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: body is truncated JSON", api.ErrInvalidArgument)
+	}
+	return fmt.Errorf("%w: body: %v", api.ErrInvalidArgument, err)
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	return nil
+}

@@ -1,0 +1,76 @@
+"""Print manifest.json for a jaild rootfs image.
+
+build.sh runs this with the image's own python3, chrooted into the tree the
+image was squashed from, so it reports what the image really contains.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import pathlib
+import platform
+import subprocess
+
+
+def dpkg_query(*args):
+    return subprocess.run(
+        ["dpkg-query", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def installed_packages():
+    """Every installed dpkg package, sorted by name."""
+    fmt = "${db:Status-Abbrev}\t${Package}\t${Version}\t${Architecture}\n"
+    packages = []
+    for line in dpkg_query("-W", "-f", fmt).splitlines():
+        status, name, version, arch = line.split("\t")
+        if status.startswith("ii"):
+            packages.append({"name": name, "version": version, "arch": arch})
+    return sorted(packages, key=lambda p: (p["name"], p["arch"]))
+
+
+def python_distributions(debian_packages):
+    """{distribution name: version} of the Python distributions that the given
+    Debian packages ship (found through their .dist-info/.egg-info dirs)."""
+    dists = {}
+    for path in dpkg_query("-L", *debian_packages).splitlines():
+        if "/dist-packages/" in path and path.endswith((".dist-info", ".egg-info")):
+            dist = importlib.metadata.PathDistribution(pathlib.Path(path))
+            name = dist.metadata["Name"]
+            if not name:
+                raise SystemExit(f"manifest.py: no metadata in {path}")
+            dists[name] = dist.version
+    return dict(sorted(dists.items(), key=lambda item: item[0].lower()))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--recipe-digest", required=True)
+    parser.add_argument("--image-digest", required=True)
+    parser.add_argument("--image-size", required=True, type=int)
+    parser.add_argument("--suite", required=True)
+    parser.add_argument("--built-at", required=True)
+    parser.add_argument("python_packages", nargs="+", metavar="DEBIAN_PACKAGE")
+    args = parser.parse_args()
+
+    manifest = {
+        "schema": 1,
+        "name": "python",
+        "recipe_digest": "sha256:" + args.recipe_digest,
+        "image_digest": "sha256:" + args.image_digest,
+        "image_size_bytes": args.image_size,
+        "python_version": platform.python_version(),
+        "debian_suite": args.suite,
+        "packages": installed_packages(),
+        "python_packages": python_distributions(args.python_packages),
+        "runner": "/opt/jaild/runner.py",
+        "built_at": args.built_at,
+    }
+    print(json.dumps(manifest, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""jaild in-jail runner: runs one job of user Python code in this process.
+
+The daemon starts it inside the jail as
+
+    /usr/bin/python3 -s -B /opt/jaild/runner.py
+
+with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
+
+  fd 3  JOB, read to EOF: one JSON object
+        {"code": str, "filename": "main.py", "last_line_interactive": bool,
+         "figures_dir": "/jaild/figures" or null, "max_figures": 16}
+  fd 4  RECORDS, written: JSON lines, one object each
+        {"type": "exception", "exc_type": str, "message": str, "line": int|null}
+        {"type": "result", "repr": str, "truncated": bool}
+        {"type": "figure", "name": "figure-1.png"}
+
+The user's code runs as __main__ and can write to fd 4 too, so the daemon
+treats records as untrusted input.  Everything done before the job is read
+is setup that a warm pool could run ahead of time.  Nothing here is a
+security boundary: the jail is.
+
+The exit status is Python's: 0, 1 for an uncaught exception, the SystemExit
+code, death by SIGINT for KeyboardInterrupt.  2 means a malformed job.
+"""
+
+import ast
+import builtins
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+
+JOB_FD = 3
+RECORD_FD = 4
+RESULT_REPR_LIMIT = 64 * 1024
+EXCEPTION_MESSAGE_LIMIT = 64 * 1024
+
+# build.sh (customize.sh) builds matplotlib's font cache here at image build time.
+MPL_CACHE_DIR = "/opt/jaild/mplcache"
+DEFAULT_MPLCONFIGDIR = "/tmp/.matplotlib"
+
+RUNNER_FILE = __file__
+
+
+class JobError(Exception):
+    pass
+
+
+def note(message):
+    """Tell the user something on stderr, never failing."""
+    try:
+        print(f"jaild: {message}", file=sys.stderr, flush=True)
+    except Exception:
+        pass
+
+
+def truncate_utf8(text, limit):
+    """Return (text cut to at most `limit` UTF-8 bytes, whether it was cut)."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", "ignore"), True
+
+
+class RecordWriter:
+    """Writes JSON-line records to fd 4 and never raises.
+
+    User code may close fd 4 and reuse the number for a file of its own, so
+    each write first checks that fd 4 is still the pipe we were given.
+    """
+
+    def __init__(self, fd):
+        self._fd = fd
+        try:
+            os.set_inheritable(fd, False)
+            self._identity = self._stat_identity()
+        except OSError:
+            self._identity = None  # not given a records pipe: records are dropped
+
+    def _stat_identity(self):
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
+
+    def emit(self, record):
+        if self._identity is None:
+            return
+        try:
+            if self._stat_identity() != self._identity:
+                self._identity = None
+                return
+            data = memoryview((json.dumps(record) + "\n").encode("ascii"))
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except Exception:
+            self._identity = None
+
+
+class FigureSaver:
+    """Saves pyplot's open figures as figure-N.png in the figures dir and closes them."""
+
+    def __init__(self, records):
+        self._records = records
+        self._dir = None
+        self._limit = 0
+        self._count = 0
+
+    def configure(self, figures_dir, limit):
+        self._dir = figures_dir
+        self._limit = limit
+
+    def save_open_figures(self):
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None or self._dir is None:
+            return
+        try:
+            numbers = plt.get_fignums()
+        except Exception as exc:
+            note(f"cannot list matplotlib figures: {exc!r}")
+            return
+        for number in numbers:
+            try:
+                self._save(plt.figure(number))
+            except Exception as exc:
+                note(f"could not save figure {number}: {exc!r}")
+            finally:
+                try:
+                    plt.close(number)
+                except Exception:
+                    pass
+
+    def _save(self, figure):
+        if self._count >= self._limit:
+            if self._count == self._limit:
+                note(f"figure limit ({self._limit}) reached, further figures are not saved")
+                self._count += 1  # warn only once
+            return
+        self._count += 1
+        name = f"figure-{self._count}.png"
+        path = os.path.join(self._dir, name)
+        # Never follow or overwrite something user code put there.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with open(fd, "wb") as f:
+                figure.savefig(f, format="png")
+        except BaseException:
+            os.unlink(path)
+            raise
+        self._records.emit({"type": "figure", "name": name})
+
+
+class PyplotShowHook:
+    """Meta path finder that replaces matplotlib.pyplot.show, right after
+    pyplot is imported, with a function that saves the open figures.
+
+    With the Agg backend plt.show() would only warn.  Hooking the import
+    keeps matplotlib itself from being imported before the user does.
+    """
+
+    def __init__(self, saver):
+        self._saver = saver
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            if finder is self or find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+        saver = self._saver
+
+        def exec_and_patch(module):
+            exec_module(module)
+
+            def show(*args, **kwargs):
+                """Save all open figures (jaild replaces pyplot.show)."""
+                saver.save_open_figures()
+
+            module.show = show
+
+        # The loader instance belongs to this one spec, so patching it is local.
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def prepare_matplotlib(saver):
+    """Agg backend, a writable MPLCONFIGDIR holding the prebuilt font cache
+    (so importing pyplot does not rebuild it), and the show() hook."""
+    os.environ["MPLBACKEND"] = "Agg"
+    config_dir = os.environ.get("MPLCONFIGDIR") or DEFAULT_MPLCONFIGDIR
+    os.environ["MPLCONFIGDIR"] = config_dir
+    try:
+        os.makedirs(config_dir, mode=0o700, exist_ok=True)
+        for entry in os.scandir(MPL_CACHE_DIR):
+            if entry.name.startswith("fontlist-"):
+                link = os.path.join(config_dir, entry.name)
+                if not os.path.lexists(link):
+                    os.symlink(entry.path, link)
+    except OSError:
+        pass  # no prebuilt cache (e.g. outside the image): matplotlib builds one
+    sys.meta_path.insert(0, PyplotShowHook(saver))
+
+
+def read_job():
+    try:
+        with open(JOB_FD, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise JobError(f"cannot read fd {JOB_FD}: {exc}") from None
+    try:
+        job = json.loads(raw)
+    except ValueError as exc:
+        raise JobError(f"not JSON: {exc}") from None
+    if not isinstance(job, dict):
+        raise JobError("not a JSON object")
+
+    def field(name, types_, default):
+        value = job.get(name, default)
+        # bool is an int subclass; never accept it as a number.
+        if not isinstance(value, types_) or (isinstance(value, bool) and bool not in types_):
+            raise JobError(f"bad {name!r}: {value!r}")
+        return value
+
+    parsed = types.SimpleNamespace(
+        code=field("code", (str,), None),
+        filename=field("filename", (str,), "main.py"),
+        last_line_interactive=field("last_line_interactive", (bool,), False),
+        figures_dir=field("figures_dir", (str, type(None)), None),
+        max_figures=field("max_figures", (int,), 16),
+    )
+    if not parsed.filename or "\0" in parsed.filename:
+        raise JobError(f"bad 'filename': {parsed.filename!r}")
+    if parsed.max_figures < 0:
+        raise JobError(f"bad 'max_figures': {parsed.max_figures!r}")
+    return parsed
+
+
+def compile_job(source, filename, last_line_interactive):
+    """Return (code to exec, code to eval for the result or None)."""
+    if not last_line_interactive:
+        return compile(source, filename, "exec", dont_inherit=True), None
+    tree = ast.parse(source, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec", dont_inherit=True)
+    if last is not None:
+        last = compile(last, filename, "eval", dont_inherit=True)
+    return body, last
+
+
+def strip_runner_frames(tb):
+    """Drop the runner's own frames from the head of a traceback."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == RUNNER_FILE:
+        tb = tb.tb_next
+    return tb
+
+
+def exception_record(exc, filename):
+    cls = type(exc)
+    exc_type = cls.__qualname__
+    if cls.__module__ not in ("builtins", "__main__"):
+        exc_type = f"{cls.__module__}.{exc_type}"
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    message, _ = truncate_utf8(message, EXCEPTION_MESSAGE_LIMIT)
+
+    line = None
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        line = exc.lineno
+    else:
+        # The innermost frame that runs the user's file.
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    return {"type": "exception", "exc_type": exc_type, "message": message, "line": line}
+
+
+def install_excepthook_filter():
+    """Make the interpreter's report of an uncaught exception look like a
+    plain script's: without the runner frames it propagated through."""
+    user_hook = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        tb = strip_runner_frames(tb)
+        if user_hook is sys.__excepthook__:
+            # The traceback module shows source lines from linecache, where
+            # the user's code is; the C fallback of the default hook does not.
+            traceback.print_exception(exc_type, exc, tb)
+            return
+        # Hooks written in C print the exception's own __traceback__, not tb.
+        if isinstance(exc, BaseException):
+            exc.__traceback__ = tb
+        user_hook(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+
+
+def run(job, records, saver):
+    """Run the job's code as __main__.  Exceptions, SystemExit included,
+    propagate so that the interpreter reports them and sets the exit status
+    exactly as it would for a script."""
+    source, filename = job.code, job.filename
+    # mtime None: linecache keeps the entry although no such file exists.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+    module = types.ModuleType("__main__")
+    module.__file__ = filename
+    module.__builtins__ = builtins
+    sys.modules["__main__"] = module
+    sys.argv = [filename]
+    # Imports resolve from the workspace, as they would from a script's dir.
+    if sys.path and sys.path[0] == os.path.dirname(RUNNER_FILE):
+        sys.path[0] = os.getcwd()
+    else:
+        sys.path.insert(0, os.getcwd())
+
+    try:
+        body, last = compile_job(source, filename, job.last_line_interactive)
+        exec(body, module.__dict__)
+        if last is not None:
+            value = eval(last, module.__dict__)
+            if value is not None:
+                text = repr(value)
+                shown, truncated = truncate_utf8(text, RESULT_REPR_LIMIT)
+                records.emit({"type": "result", "repr": shown, "truncated": truncated})
+                print(text)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        records.emit(exception_record(exc, filename))
+        install_excepthook_filter()
+        raise
+    finally:
+        saver.save_open_figures()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+
+def main():
+    records = RecordWriter(RECORD_FD)
+    saver = FigureSaver(records)
+    prepare_matplotlib(saver)
+
+    try:
+        job = read_job()
+    except JobError as exc:
+        print(f"jaild runner: bad job: {exc}", file=sys.stderr)
+        return 2
+    saver.configure(job.figures_dir, job.max_figures)
+    run(job, records, saver)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""Tests for runner.py: each test starts it as a subprocess the way the daemon
+does, with the job on fd 3 and the records pipe on fd 4.
+
+    python3 -m unittest discover -s rootfs/runner
+
+JAILD_RUNNER selects the runner to test (default: runner.py beside this
+file), e.g. /opt/jaild/runner.py inside the image.  The figure tests are
+skipped where matplotlib is not importable.
+"""
+
+import fcntl
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+RUNNER = os.environ.get("JAILD_RUNNER") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr, records_raw):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.records = [json.loads(line) for line in records_raw.splitlines()]
+
+    def of_type(self, kind):
+        return [r for r in self.records if r.get("type") == kind]
+
+
+class RunnerTestCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="jaild-runner-test-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.workspace = os.path.join(self.tmp, "workspace")
+        self.figures = os.path.join(self.tmp, "figures")
+        os.mkdir(self.workspace)
+        os.mkdir(self.figures)
+
+    def run_job(self, code, raw_job=None, stdin=b"", **job_fields):
+        """Run the runner like the daemon does; return a Result."""
+        job = {
+            "code": code,
+            "filename": "main.py",
+            "last_line_interactive": False,
+            "figures_dir": self.figures,
+            "max_figures": 16,
+        }
+        job.update(job_fields)
+        payload = raw_job if raw_job is not None else json.dumps(job).encode()
+
+        job_r, job_w = os.pipe()
+        rec_r, rec_w = os.pipe()
+
+        def child_fds():
+            # Move the pipe ends onto fds 3 and 4.  Copy them above 10 first so
+            # that neither dup2 target can clobber the other source.
+            high_job = fcntl.fcntl(job_r, fcntl.F_DUPFD, 10)
+            high_rec = fcntl.fcntl(rec_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_job, 3)
+            os.dup2(high_rec, 4)
+            os.close(high_job)
+            os.close(high_rec)
+
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": self.tmp,
+            "LANG": "C.UTF-8",
+            "MPLCONFIGDIR": os.path.join(self.tmp, ".matplotlib"),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-s", "-B", RUNNER],
+            cwd=self.workspace,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=False,  # our pipe fds are non-inheritable; fds 3/4 are set up in child_fds
+            preexec_fn=child_fds,
+        )
+        os.close(job_r)
+        os.close(rec_w)
+
+        records = []
+        reader = threading.Thread(target=lambda: records.append(_read_all(rec_r)))
+        reader.start()
+        with os.fdopen(job_w, "wb") as f:
+            f.write(payload)
+        stdout, stderr = proc.communicate(stdin, timeout=120)
+        reader.join()
+        os.close(rec_r)
+        return Result(proc.returncode, stdout.decode(), stderr.decode(), records[0].decode())
+
+    def assertNoRunnerFrames(self, stderr):
+        self.assertNotIn("runner.py", stderr)
+
+
+def _read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class TestSuccess(RunnerTestCase):
+    def test_plain_run(self):
+        r = self.run_job("print('hello')\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "hello\n")
+        self.assertEqual(r.records, [])
+
+    def test_runs_as_main(self):
+        r = self.run_job(
+            "import sys\n"
+            "if __name__ == '__main__':\n"
+            "    print('main', sys.argv, __file__)\n"
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "main ['main.py'] main.py\n")
+
+    def test_pickle_class_from_main(self):
+        r = self.run_job(
+            "import pickle\n"
+            "class Point:\n"
+            "    def __init__(self, x): self.x = x\n"
+            "print(pickle.loads(pickle.dumps(Point(7))).x)\n"
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "7\n")
+
+    def test_imports_module_from_workspace(self):
+        with open(os.path.join(self.workspace, "helper.py"), "w") as f:
+            f.write("VALUE = 41 + 1\n")
+        r = self.run_job("import helper\nprint(helper.VALUE)\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "42\n")
+
+    def test_stdin_is_passed_through(self):
+        r = self.run_job("import sys\nprint(sys.stdin.read().upper())\n", stdin=b"abc")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "ABC\n")
+
+    def test_job_and_record_fds_not_inheritable(self):
+        r = self.run_job(
+            "import os\n"
+            "try:\n"
+            "    os.fstat(3)\n"
+            "    print('fd 3 open')\n"
+            "except OSError:\n"
+            "    print('fd 3 closed')\n"
+            "print('fd 4 inheritable:', os.get_inheritable(4))\n"
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "fd 3 closed\nfd 4 inheritable: False\n")
+
+    def test_inspect_getsource_sees_user_code(self):
+        r = self.run_job("import inspect\ndef f():\n    return 1\nprint(inspect.getsource(f), end='')\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "def f():\n    return 1\n")
+
+
+class TestExceptions(RunnerTestCase):
+    def test_exception_record_and_traceback(self):
+        r = self.run_job("x = 1\ny = 0\nprint(x / y)\n")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(
+            r.of_type("exception"),
+            [{"type": "exception", "exc_type": "ZeroDivisionError", "message": "division by zero", "line": 3}],
+        )
+        self.assertTrue(r.stderr.startswith("Traceback (most recent call last):\n"), r.stderr)
+        self.assertIn('  File "main.py", line 3, in <module>\n    print(x / y)\n', r.stderr)
+        self.assertTrue(r.stderr.endswith("ZeroDivisionError: division by zero\n"), r.stderr)
+        self.assertNoRunnerFrames(r.stderr)
+
+    def test_line_is_innermost_user_frame(self):
+        r = self.run_job(
+            "import json\n"
+            "def parse(s):\n"
+            "    return json.loads(s)\n"
+            "parse('{')\n"
+        )
+        self.assertEqual(r.returncode, 1)
+        (record,) = r.of_type("exception")
+        self.assertEqual(record["exc_type"], "json.decoder.JSONDecodeError")
+        self.assertEqual(record["line"], 3)
+        self.assertNoRunnerFrames(r.stderr)
+
+    def test_syntax_error(self):
+        r = self.run_job("x = 1\ny = (\n")
+        self.assertEqual(r.returncode, 1)
+        (record,) = r.of_type("exception")
+        self.assertEqual(record["exc_type"], "SyntaxError")
+        self.assertEqual(record["line"], 2)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertIn('File "main.py", line 2', r.stderr)
+        self.assertNoRunnerFrames(r.stderr)
+
+    def test_syntax_error_interactive(self):
+        r = self.run_job("x = 1\nreturn x\n", last_line_interactive=True)
+        self.assertEqual(r.returncode, 1)
+        (record,) = r.of_type("exception")
+        self.assertEqual((record["exc_type"], record["line"]), ("SyntaxError", 2))
+
+    def test_user_excepthook_is_honoured(self):
+        r = self.run_job(
+            "import sys\n"
+            "sys.excepthook = lambda t, e, tb: print('hooked', t.__name__, tb.tb_frame.f_code.co_filename)\n"
+            "raise ValueError('x')\n"
+        )
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, "hooked ValueError main.py\n")
+
+    def test_keyboard_interrupt_exits_like_python(self):
+        r = self.run_job("raise KeyboardInterrupt\n")
+        self.assertIn(r.returncode, (-signal.SIGINT, 128 + signal.SIGINT))
+        (record,) = r.of_type("exception")
+        self.assertEqual((record["exc_type"], record["line"]), ("KeyboardInterrupt", 1))
+        self.assertIn("KeyboardInterrupt", r.stderr)
+        self.assertNoRunnerFrames(r.stderr)
+
+
+class TestExit(RunnerTestCase):
+    def test_sys_exit_code(self):
+        r = self.run_job("import sys\nprint('before')\nsys.exit(3)\n")
+        self.assertEqual(r.returncode, 3)
+        self.assertEqual(r.stdout, "before\n")
+        self.assertEqual(r.records, [])
+        self.assertEqual(r.stderr, "")
+
+    def test_sys_exit_message(self):
+        r = self.run_job("raise SystemExit('bye')\n")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr, "bye\n")
+        self.assertEqual(r.records, [])
+
+    def test_sys_exit_none(self):
+        r = self.run_job("import sys\nsys.exit()\n")
+        self.assertEqual((r.returncode, r.records), (0, []))
+
+    def test_malformed_job(self):
+        for raw in (b"{not json", b"[]", json.dumps({"filename": "x.py"}).encode(),
+                    json.dumps({"code": "1", "max_figures": True}).encode()):
+            with self.subTest(raw=raw):
+                r = self.run_job("", raw_job=raw)
+                self.assertEqual(r.returncode, 2)
+                self.assertIn("bad job", r.stderr)
+
+    def test_user_closes_records_fd_and_replaces_stdout(self):
+        r = self.run_job(
+            "import io, os, sys\n"
+            "os.close(4)\n"
+            "f = open('mine.txt', 'w')\n"
+            "os.dup2(f.fileno(), 4)\n"
+            "sys.stdout = io.StringIO()\n"
+            "x\n",
+            last_line_interactive=True,
+        )
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.records, [])
+        self.assertIn("NameError: name 'x' is not defined", r.stderr)
+        with open(os.path.join(self.workspace, "mine.txt")) as f:
+            self.assertEqual(f.read(), "")
+
+
+class TestInteractive(RunnerTestCase):
+    def test_result_of_last_expression(self):
+        r = self.run_job("a = 6\na * 7\n", last_line_interactive=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "42\n")
+        self.assertEqual(r.records, [{"type": "result", "repr": "42", "truncated": False}])
+
+    def test_none_is_not_shown(self):
+        r = self.run_job("print('x')\n", last_line_interactive=True)
+        self.assertEqual((r.stdout, r.records), ("x\n", []))
+
+    def test_not_interactive(self):
+        r = self.run_job("6 * 7\n")
+        self.assertEqual((r.stdout, r.records), ("", []))
+
+    def test_last_statement_not_expression(self):
+        r = self.run_job("x = 6 * 7\n", last_line_interactive=True)
+        self.assertEqual((r.returncode, r.stdout, r.records), (0, "", []))
+
+    def test_long_repr_is_truncated(self):
+        r = self.run_job("'é' * 100000\n", last_line_interactive=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (record,) = r.of_type("result")
+        self.assertTrue(record["truncated"])
+        self.assertLessEqual(len(record["repr"].encode()), 64 * 1024)
+        self.assertEqual(len(r.stdout), 100000 + 3)  # full repr, quotes and newline
+
+    def test_exception_in_last_expression(self):
+        r = self.run_job("x = 1\n\nx + 'a'\n", last_line_interactive=True)
+        self.assertEqual(r.returncode, 1)
+        (record,) = r.of_type("exception")
+        self.assertEqual((record["exc_type"], record["line"]), ("TypeError", 3))
+        self.assertNoRunnerFrames(r.stderr)
+
+
+@unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable")
+class TestFigures(RunnerTestCase):
+    def assertPng(self, name):
+        with open(os.path.join(self.figures, name), "rb") as f:
+            self.assertEqual(f.read(8), PNG_SIGNATURE)
+
+    def test_open_figure_saved_at_end(self):
+        r = self.run_job("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.records, [{"type": "figure", "name": "figure-1.png"}])
+        self.assertPng("figure-1.png")
+
+    def test_show_saves_and_closes(self):
+        r = self.run_job(
+            "from matplotlib.pyplot import figure, plot, show, get_fignums\n"
+            "plot([1, 2]); show()\n"
+            "figure(); plot([3, 4]); show()\n"
+            "print(get_fignums())\n"
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "[]\n")
+        self.assertEqual([rec["name"] for rec in r.of_type("figure")], ["figure-1.png", "figure-2.png"])
+        self.assertPng("figure-2.png")
+        self.assertNotIn("non-interactive", r.stderr)
+
+    def test_figure_saved_after_exception(self):
+        r = self.run_job("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n1 / 0\n")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual([rec["type"] for rec in r.records], ["exception", "figure"])
+        self.assertPng("figure-1.png")
+
+    def test_max_figures(self):
+        r = self.run_job(
+            "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.figure()\n",
+            max_figures=2,
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.of_type("figure")), 2)
+        self.assertEqual(sorted(os.listdir(self.figures)), ["figure-1.png", "figure-2.png"])
+        self.assertIn("figure limit (2) reached", r.stderr)
+
+    def test_backend_is_agg(self):
+        r = self.run_job("import matplotlib\nprint(matplotlib.get_backend())\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip().lower(), "agg")
+
+
+if __name__ == "__main__":
+    unittest.main()

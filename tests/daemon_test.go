@@ -1,0 +1,165 @@
+package tests
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+const testIDBase = 1_300_000_000
+
+// jailPids lists host processes in the test daemons' jail uid range.
+func jailPids() []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				if uid, _ := strconv.Atoi(f[1]); uid >= testIDBase && uid < testIDBase+65536 {
+					pids = append(pids, pid)
+				}
+			}
+		}
+	}
+	return pids
+}
+
+// The README's curl examples run verbatim, but for the socket path.
+func TestREADMECurlExamples(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("(?m)^curl --unix-socket /run/jaild/jaild.sock .*$")
+	cmds := re.FindAllString(string(readme), -1)
+	if len(cmds) < 4 {
+		t.Fatalf("found %d curl examples in README.md, want at least 4", len(cmds))
+	}
+	for _, c := range cmds {
+		c = strings.ReplaceAll(c, "/run/jaild/jaild.sock", shared.socket)
+		out, err := exec.Command("bash", "-c", c+" -w '\\n%{http_code}'").Output()
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+			continue
+		}
+		body, code, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) > 1 {
+			code = lines[len(lines)-1]
+			body = strings.Join(lines[:len(lines)-1], "\n")
+		}
+		var v map[string]any
+		if code != "200" || json.Unmarshal([]byte(body), &v) != nil {
+			t.Errorf("%s\n-> HTTP %s %s", c, code, body)
+		}
+	}
+}
+
+// Under systemd-socket-activate the daemon starts on the first connection,
+// serves it, and serves later requests on the inherited socket.
+func TestSocketActivation(t *testing.T) {
+	dir, err := os.MkdirTemp("", "jsa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "act.sock")
+	d, err := startDaemon([]string{"systemd-socket-activate", "-l", sock}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.socket = sock // the activator's socket, not the config's
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("activator socket never appeared")
+		}
+	}
+	for i := range 3 {
+		var r api.ExecuteResponse
+		if status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(6*7)"}`, &r); status != 200 || r.Stdout != "42\n" {
+			t.Fatalf("request %d: HTTP %d %+v\n%s", i, status, r, d.log.String())
+		}
+	}
+	if !strings.Contains(d.log.String(), `"socket_activated":true`) {
+		t.Errorf("daemon did not report socket activation:\n%s", d.log.String())
+	}
+	if _, err := os.Stat(filepath.Join(d.dir, "s.sock")); err == nil {
+		t.Error("an activated daemon also created its own socket")
+	}
+	if err := d.stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// SIGTERM: stop accepting, let the run in flight finish, exit cleanly and
+// leave nothing behind.
+func TestGracefulShutdown(t *testing.T) {
+	d, err := startDaemon(nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan api.ExecuteResponse, 1)
+	go func() {
+		var r api.ExecuteResponse
+		d.call(t, "POST", "/v1/execute", `{"code":"import time\ntime.sleep(2)\nprint('finished')"}`, &r)
+		result <- r
+	}()
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return len(jailPids()) > 0 })
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c, err := net.Dial("unix", d.socket); err == nil {
+		c.Close()
+		t.Error("daemon still accepts connections after SIGTERM")
+	}
+	if r := <-result; r.Status != "ok" || r.Stdout != "finished\n" {
+		t.Errorf("run in flight: %+v", r)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("exit: %v\n%s", err, d.log.String())
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.dir, "run", "runs")); len(ents) != 0 {
+		t.Errorf("run directories left: %v", ents)
+	}
+	if len(jailPids()) != 0 {
+		t.Error("jail processes left after shutdown")
+	}
+	os.RemoveAll(d.dir)
+}
+
+// An unprivileged user cannot reach a socket with the default mode.
+func TestSocketPermissions(t *testing.T) {
+	d, err := startDaemon(nil, "socket_mode = \"0600\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	fi, err := os.Stat(d.socket)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v: %v", fi.Mode(), err)
+	}
+	cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/health")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("uid 65534 reached a 0600 root socket: %s", out)
+	}
+}
+
