@@ -116,8 +116,17 @@ func New(cfg Config) (_ *Engine, retErr error) {
 		return nil, fmt.Errorf("seccomp profile: %w", err)
 	}
 	e.seccomp = prof
-	for _, d := range []string{cfg.RunDir, e.stateDir, e.runsDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	// A jail's init runs as an unprivileged host uid, so every directory on
+	// the way to the rootfs and the run directories must be searchable
+	// (but need not be listable) by others.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{cfg.RunDir, 0o711}, {e.stateDir, 0o700}, {e.runsDir, 0o711}} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, err
 		}
 	}
@@ -156,6 +165,11 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	e.running.Wait()
+	for _, p := range e.cgroupParents() {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.log.Warn("remove cgroup parent", "path", p, "err", err)
+		}
+	}
 	return e.image.Close()
 }
 
@@ -232,21 +246,36 @@ func (e *Engine) sweep() {
 	}
 }
 
-// leftoverCgroups lists run cgroups found in any hierarchy.
-func (e *Engine) leftoverCgroups() []string {
-	var parents []string
+// cgroupParents lists the directories, one per hierarchy, that hold the
+// engine's run cgroups.
+func (e *Engine) cgroupParents() []string {
 	if e.v2Base != "" {
-		parents = []string{filepath.Join("/sys/fs/cgroup", e.v2Base, e.cfg.CgroupName)}
-	} else {
-		for _, ss := range []string{"memory", "pids", "cpuacct", "devices", "freezer", "cpu", "blkio", "cpuset"} {
+		return []string{filepath.Join("/sys/fs/cgroup", e.v2Base, e.cfg.CgroupName)}
+	}
+	var parents []string
+	mounts, _ := cgroups.GetCgroupMounts(false)
+	for _, m := range mounts {
+		for _, ss := range m.Subsystems {
 			if p, err := cgroups.GetOwnCgroupPath(ss); err == nil {
 				parents = append(parents, filepath.Join(p, e.cfg.CgroupName))
+				break
 			}
 		}
 	}
+	// The hybrid layout's unified hierarchy (hugetlb only here) gets a
+	// directory too.
+	if cgroups.IsCgroup2HybridMode() {
+		own, _ := cgroups.ParseCgroupFile("/proc/self/cgroup")
+		parents = append(parents, filepath.Join("/sys/fs/cgroup/unified", own[""], e.cfg.CgroupName))
+	}
+	return parents
+}
+
+// leftoverCgroups lists run cgroups found in any hierarchy.
+func (e *Engine) leftoverCgroups() []string {
 	seen := map[string]bool{}
 	var ids []string
-	for _, p := range parents {
+	for _, p := range e.cgroupParents() {
 		ents, _ := os.ReadDir(p)
 		for _, ent := range ents {
 			if ent.IsDir() && !seen[ent.Name()] {

@@ -19,7 +19,7 @@ for m in mods:
 print(len(mods), 'imported')
 import numpy as np, pandas as pd
 df = pd.DataFrame({'a': range(1000)})
-print(int(df.a.sum()), float(np.linalg.det(np.array([[2.0, 1.0], [1.0, 3.0]]))))
+print(int(df.a.sum()), round(float(np.linalg.det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 9))
 from sklearn.linear_model import LinearRegression
 print(round(float(LinearRegression().fit([[0], [1], [2]], [1, 3, 5]).coef_[0]), 6))
 import scipy.optimize

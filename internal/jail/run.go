@@ -13,8 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 )
@@ -270,7 +272,7 @@ func setExit(res *Result, ps *os.ProcessState) {
 	if ps == nil {
 		return
 	}
-	if ws, ok := ps.Sys().(unix.WaitStatus); ok {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case ws.Exited():
 			res.ExitCode = ws.ExitStatus()
@@ -374,7 +376,7 @@ func readCgroupStats(c *libcontainer.Container) cgroupStats {
 		return st
 	}
 	paths := state.CgroupPaths
-	if dir, ok := paths[""]; ok { // cgroup v2
+	if dir := paths[""]; cgroups.IsCgroup2UnifiedMode() {
 		st.cpu = time.Duration(keyed(filepath.Join(dir, "cpu.stat"), "usage_usec")) * time.Microsecond
 		st.peak = single(filepath.Join(dir, "memory.peak"))
 		st.oomKills = keyed(filepath.Join(dir, "memory.events"), "oom_kill")
