@@ -151,9 +151,12 @@ build() {
   bootstrap "$root"
   finalize_tree "$root" "$digest"
 
+  # zstd level 6 instead of the default 15: squashing takes ~15 s instead of
+  # ~90 s for a 7% bigger image, and imports are as fast (see README.md).
   log "squashing"
   mkdir -m 0755 "$out"
-  mksquashfs "$root" "$out/rootfs.squashfs" -noappend -comp zstd -all-root -quiet -no-progress >&2
+  mksquashfs "$root" "$out/rootfs.squashfs" -noappend -comp zstd -Xcompression-level 6 \
+    -all-root -quiet -no-progress >&2
   image_digest=$(sha256sum "$out/rootfs.squashfs" | cut -d' ' -f1)
   size=$(stat -c %s "$out/rootfs.squashfs")
 

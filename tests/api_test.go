@@ -167,7 +167,7 @@ func TestLintMatchesRuffCLI(t *testing.T) {
 	if len(lr.Diagnostics) != 2 || lr.Diagnostics[0].Code != "F401" || !lr.Diagnostics[0].Fixable || lr.Diagnostics[0].URL == "" {
 		t.Errorf("select F401: %+v", lr.Diagnostics)
 	}
-	if status, _ := shared.call(t, "POST", "/v1/lint", map[string]any{"code": "def f(:\n"}, &lr); status != 200 || len(lr.Diagnostics) == 0 || lr.Diagnostics[0].Code != "syntax-error" {
+	if status, _ := shared.call(t, "POST", "/v1/lint", map[string]any{"code": "def f(:\n"}, &lr); status != 200 || len(lr.Diagnostics) == 0 || lr.Diagnostics[0].Code != "invalid-syntax" {
 		t.Errorf("syntax error: HTTP %d %+v", status, lr.Diagnostics)
 	}
 }

@@ -51,7 +51,7 @@ func setup(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		return 1
 	}
-	shared, err = startDaemon(nil, "")
+	shared, err = startDaemon("", "socket_mode = \"0666\"\n") // unprivileged callers too
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start jaild:", err)
 		return 1
@@ -77,7 +77,6 @@ type daemon struct {
 const baseConfig = `
 socket_group = ""
 host_id_base = 1300000000
-socket_mode = "0666"
 max_body_bytes = 4194304
 read_timeout = "5s"
 shutdown_grace = "20s"
@@ -91,14 +90,17 @@ daily_quota = 3
 `
 
 func writeConfig(dir, extra string) (string, error) {
-	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\nimage = %q\nseccomp_profile = %q\n", filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), imageDir, profile) + baseConfig + extra
+	// extra holds top-level keys, so it goes before baseConfig's sections.
+	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\nimage = %q\nseccomp_profile = %q\n", filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), imageDir, profile) + extra + baseConfig
 	p := filepath.Join(dir, "jaild.toml")
 	return p, os.WriteFile(p, []byte(cfg), 0o644)
 }
 
-// startDaemon starts jaild with the test config (plus extra TOML); argv
-// overrides how it is started (e.g. under systemd-socket-activate).
-func startDaemon(argv []string, extra string) (*daemon, error) {
+// startDaemon starts jaild with the test config (plus extra top-level
+// TOML keys) and waits for its socket. activator, if set, starts it under
+// systemd-socket-activate on that socket instead: jaild then starts on the
+// first connection.
+func startDaemon(activator string, extra string) (*daemon, error) {
 	dir, err := os.MkdirTemp("", "jd")
 	if err != nil {
 		return nil, err
@@ -111,10 +113,10 @@ func startDaemon(argv []string, extra string) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{dir: dir, socket: filepath.Join(dir, "s.sock"), log: &bytes.Buffer{}}
-	if argv == nil {
-		argv = []string{filepath.Join(binDir, "jaild"), "--config", cfgPath}
-	} else {
-		argv = append(argv, filepath.Join(binDir, "jaild"), "--config", cfgPath)
+	argv := []string{filepath.Join(binDir, "jaild"), "--config", cfgPath}
+	if activator != "" {
+		argv = append([]string{"systemd-socket-activate", "-l", activator}, argv...)
+		d.socket = activator
 	}
 	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Stderr = d.log

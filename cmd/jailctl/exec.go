@@ -93,7 +93,6 @@ func runExec(e *env, args []string) int {
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
 	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive}
-	codeFromStdin := false
 	switch {
 	case codeSet && len(pos) > 0:
 		return e.usageError("exec: give -c CODE or FILE, not both")
@@ -102,8 +101,7 @@ func runExec(e *env, args []string) int {
 		if len(pos) == 1 {
 			src = pos[0]
 		}
-		codeFromStdin = src == "" || src == "-"
-		if codeFromStdin && *stdinFile == "-" {
+		if (src == "" || src == "-") && *stdinFile == "-" {
 			return e.usageError("exec: stdin cannot be both the code and --stdin-file")
 		}
 		c, _, err := e.readSource(src)

@@ -550,6 +550,8 @@ func TestInterrupt(t *testing.T) {
 	}
 	started := make(chan struct{})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The server notices a client going away only once the body is read.
+		io.Copy(io.Discard, r.Body)
 		close(started)
 		<-r.Context().Done() // the run lasts until the client goes away
 	}))

@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -109,4 +111,34 @@ func TestQuoteName(t *testing.T) {
 			t.Errorf("quoteName(%q) = %s; want %s", in, got, want)
 		}
 	}
+}
+
+// FuzzOutDirWrite checks that a name from a jail either is refused or
+// lands, as a regular file, exactly where it says beneath the directory.
+func FuzzOutDirWrite(f *testing.F) {
+	for _, s := range []string{"a.txt", "out/x.png", "../x", "/etc/x", "a/../../b", "", ".", "a//b", "a/./b/", "x\x00y", "..\u202e.txt"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		dir := t.TempDir()
+		d, err := openOutDir(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.close()
+		if err := d.write(name, []byte("data")); err != nil {
+			return
+		}
+		if !safeRelPath(name) {
+			t.Fatalf("wrote unsafe name %q", name)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, "out", filepath.Clean(name)))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("write(%q) succeeded but left %v, %v", name, fi, err)
+		}
+		entries, _ := os.ReadDir(dir)
+		if len(entries) != 1 {
+			t.Fatalf("write(%q) created %v beside the directory", name, entries)
+		}
+	})
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
-	"golang.org/x/net/netutil"
 
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/jail"
@@ -91,7 +90,7 @@ func run() error {
 	}
 	hs := srv.HTTPServer()
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(netutil.LimitListener(ln, maxConns)) }()
+	go func() { served <- hs.Serve(srv.Listen(ln, maxConns)) }()
 	log.Info("jaild ready", "version", version.Version, "socket", cfg.Socket, "socket_activated", activated,
 		"rootfs", engine.Manifest().ImageDigest, "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving on "+cfg.Socket)

@@ -277,3 +277,35 @@ func TestDefaultSocket(t *testing.T) {
 		t.Errorf("DefaultSocket() = %q", s)
 	}
 }
+
+// FuzzResponse feeds arbitrary bodies, as success and as error responses,
+// through the client's decoding: it must return a response or an error,
+// never panic.
+func FuzzResponse(f *testing.F) {
+	for _, s := range []string{`{"status":"ok"}`, `null`, `[]`, `{"error":{"type":"busy","message":"x"}}`, `{"error":null}`, "\xff", `{"status":"ok"} x`} {
+		f.Add(s, uint16(200), "")
+		f.Add(s, uint16(503), "3")
+	}
+	f.Fuzz(func(t *testing.T, body string, status uint16, retry string) {
+		code := int(status%500) + 100
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Retry-After", retry)
+		rec.Header().Set(QuotaHeader, retry)
+		rec.WriteHeader(code)
+		io.WriteString(rec, body)
+		resp := rec.Result()
+		if code < 200 || code > 299 {
+			err := responseError(resp)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Err == nil || ce.RetryAfter < 0 {
+				t.Fatalf("responseError = %#v", err)
+			}
+			return
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		if checkObject(raw) == nil {
+			var r api.ExecuteResponse
+			_ = json.Unmarshal(raw, &r)
+		}
+	})
+}

@@ -125,7 +125,7 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	out := api.LintResponse{Diagnostics: make([]api.Diagnostic, 0, len(diags))}
 	for _, d := range diags {
 		ad := api.Diagnostic{
-			Code:        "syntax-error", // ruff reports syntax errors without a rule code
+			Code:        "invalid-syntax", // older ruff reports syntax errors without a code
 			Message:     d.Message,
 			Location:    api.Location{Line: d.Location.Row, Column: d.Location.Column},
 			EndLocation: api.Location{Line: d.EndLocation.Row, Column: d.EndLocation.Column},
@@ -134,7 +134,8 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 		if d.Code != nil {
 			ad.Code = *d.Code
 		}
-		if d.URL != nil {
+		// A syntax error has no rule page (ruff fills in a stale URL).
+		if d.URL != nil && ad.Code != "invalid-syntax" {
 			ad.URL = *d.URL
 		}
 		out.Diagnostics = append(out.Diagnostics, ad)

@@ -16,10 +16,9 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
@@ -86,7 +85,11 @@ func (s *Server) HTTPServer() *http.Server {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, ctxKey{}, s.peer(c))
+			caller := admission.Caller{UID: 65534, PID: -1} // not from our Listener: least privilege
+			if pc, ok := c.(*peerConn); ok {
+				caller = pc.caller
+			}
+			return context.WithValue(ctx, ctxKey{}, caller)
 		},
 	}
 }
@@ -97,29 +100,6 @@ func (s *Server) Abort() { s.stop() }
 
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
-
-// peer identifies the caller of a connection with SO_PEERCRED. A
-// connection whose credentials cannot be read is treated as the most
-// restricted caller (uid nobody, never admin).
-func (s *Server) peer(c net.Conn) admission.Caller {
-	nobody := admission.Caller{UID: 65534, PID: -1}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return nobody
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return nobody
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || credErr != nil {
-		return nobody
-	}
-	return admission.Caller{UID: cred.Uid, PID: cred.Pid, Admin: s.isAdmin(cred.Uid, cred.Gid)}
-}
 
 // isAdmin: root, or a member of the admin group (cached for a minute).
 func (s *Server) isAdmin(uid, gid uint32) bool {
@@ -194,7 +174,7 @@ func (s *Server) Handler() http.Handler {
 // writeError is the one place where an error becomes an HTTP response.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, typ := api.Classify(err)
-	msg := err.Error()
+	msg := strings.TrimPrefix(err.Error(), typ+": ")
 	if status == http.StatusInternalServerError {
 		// Host paths and syscall details go to the log, not to the caller.
 		s.log.Error("internal error", "path", r.URL.Path, "err", err)
@@ -225,7 +205,8 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return decodeError(err, s.cfg.MaxBodyBytes)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
 			return decodeError(err, s.cfg.MaxBodyBytes)
 		}
 		return fmt.Errorf("%w: body: trailing data after the JSON object", api.ErrInvalidArgument)
