@@ -26,13 +26,6 @@ failed run, or when a returned file could not be written; 2 for usage
 errors and errors from the daemon. With --json, the daemon's response is
 printed and nothing is written; the exit status is the same.`
 
-// Run statuses of api.ExecuteResponse.Status that jailctl tells apart.
-const (
-	statusOK          = "ok"
-	statusTimeout     = "timeout"
-	statusMemoryLimit = "memory_limit"
-)
-
 // fileSpec is one --file LOCAL[:PATH].
 type fileSpec struct{ local, path string }
 
@@ -166,7 +159,7 @@ func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
 		fmt.Fprintln(e.stderr, "jailctl: the run's stderr was truncated")
 	}
 	writeFailed := !e.writeOutputs(resp, outDir)
-	if resp.Message != "" && resp.Status != statusOK {
+	if resp.Message != "" && resp.Status != api.StatusOK {
 		fmt.Fprintf(e.stderr, "jailctl: %s\n", resp.Message)
 	}
 	code := exitCode(resp)
@@ -223,15 +216,15 @@ func (e *env) writeOutputs(resp *api.ExecuteResponse, dir string) bool {
 // and shells do: 124 for a timeout, 128+N for signal N.
 func exitCode(r *api.ExecuteResponse) int {
 	switch {
-	case r.Status == statusTimeout:
+	case r.Status == api.StatusTimeout:
 		return 124
 	case r.Signal != nil && *r.Signal > 0 && *r.Signal < 128:
 		return 128 + *r.Signal
-	case r.Status == statusMemoryLimit:
+	case r.Status == api.StatusMemoryLimit:
 		return 128 + 9
 	case r.ExitCode != nil && *r.ExitCode > 0 && *r.ExitCode < 256:
 		return *r.ExitCode
-	case r.Status == statusOK:
+	case r.Status == api.StatusOK:
 		return exitOK
 	}
 	// A failed run that exited 0 (an output limit, say), or an exit code

@@ -103,7 +103,7 @@ func runHealth(e *env, args []string) int {
 	} else {
 		fmt.Fprintf(e.stdout, "%s\n", h.Status)
 	}
-	if h.Status != "ok" {
+	if h.Status != api.StatusOK {
 		return exitFail
 	}
 	return exitOK

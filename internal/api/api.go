@@ -193,3 +193,18 @@ type ErrorDetail struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
 }
+
+// Run statuses, the values of ExecuteResponse.Status.
+const (
+	StatusOK          = "ok"
+	StatusError       = "error"
+	StatusTimeout     = "timeout"
+	StatusMemoryLimit = "memory_limit"
+	StatusCPULimit    = "cpu_limit"
+	StatusOutputLimit = "output_limit"
+	StatusKilled      = "killed"
+)
+
+// QuotaHeader carries the caller's remaining daily quota on every response
+// to a caller that has one.
+const QuotaHeader = "X-Jaild-Quota-Remaining"

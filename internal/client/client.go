@@ -35,9 +35,6 @@ const MaxResponseBytes = 512 << 20
 // maxErrorBytes bounds the body of an error response.
 const maxErrorBytes = 1 << 20
 
-// QuotaHeader carries the caller's remaining quota; it is absent when the
-// caller's quota is unlimited.
-const QuotaHeader = "X-Jaild-Quota-Remaining"
 
 // DefaultSocket returns $JAILD_SOCKET, or DefaultSocketPath when it is
 // unset or empty.
@@ -234,7 +231,7 @@ func checkObject(raw []byte) error {
 
 func (c *Client) noteQuota(h http.Header) {
 	var q *int64
-	if v := h.Get(QuotaHeader); v != "" {
+	if v := h.Get(api.QuotaHeader); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			q = &n
 		}

@@ -64,7 +64,7 @@ func TestExecuteSuccess(t *testing.T) {
 		if err := json.NewDecoder(r.Body).Decode(&got); err != nil {
 			t.Errorf("decode request: %v", err)
 		}
-		w.Header().Set(QuotaHeader, "41")
+		w.Header().Set(api.QuotaHeader, "41")
 		io.WriteString(w, `{"run_id":"r1","status":"error","exit_code":3,"signal":null,"stdout":"hi\n","stderr":"","files":[{"path":"out/a.txt","size_bytes":2,"content_b64":"aGk="}],"figures":[],"usage":{"duration_ms":12},"future_field":1}`)
 	}))
 	timeout := int64(1500)
@@ -290,7 +290,7 @@ func FuzzResponse(f *testing.F) {
 		code := int(status%500) + 100
 		rec := httptest.NewRecorder()
 		rec.Header().Set("Retry-After", retry)
-		rec.Header().Set(QuotaHeader, retry)
+		rec.Header().Set(api.QuotaHeader, retry)
 		rec.WriteHeader(code)
 		io.WriteString(rec, body)
 		resp := rec.Result()

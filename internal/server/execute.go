@@ -74,7 +74,7 @@ func (s *Server) run(ctx context.Context, who admission.Caller, jr *jail.Request
 
 func (s *Server) setQuotaHeader(w http.ResponseWriter, who admission.Caller) {
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
-		w.Header().Set("X-Jaild-Quota-Remaining", strconv.FormatInt(n, 10))
+		w.Header().Set(api.QuotaHeader, strconv.FormatInt(n, 10))
 	}
 }
 
