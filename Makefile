@@ -43,14 +43,15 @@ vet: ## gofmt and go vet
 test-unit: ## tests that need neither root nor the rootfs
 	$(GO) test $(GOFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/
 
-test: deps rootfs vet ## all tests, real jails included (root)
+test: deps rootfs vet ## all tests, real jails included (root), then every fuzz target briefly
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(GOFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
 	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal); do \
 		pkg=./$$(dirname $$t); for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$t | cut -d' ' -f2); do \
-			echo "fuzz $$pkg $$f"; $(GO) test $(GOFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
+			echo "fuzz $$pkg $$f"; JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(GOFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
 		done; done
 
 groups: ## create the jaild (socket access) and jaild-admin groups (root)

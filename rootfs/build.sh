@@ -91,7 +91,9 @@ bootstrap() {
   security=${security:-$mirror-security}
   log "mirrors: $mirror $security"
   local src="deb [signed-by=$KEYRING]"
-  JAILD_MIRROR=$mirror mmdebstrap --mode=root --variant=apt \
+  # mmdebstrap's own temporary files go to the work directory too, so that
+  # even a killed build leaves nothing behind that the next one won't remove.
+  TMPDIR=$(dirname "$root") JAILD_MIRROR=$mirror mmdebstrap --mode=root --variant=apt \
     --aptopt='APT::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -214,6 +216,7 @@ main() {
   done
 
   work=$(mktemp -d "$cache_dir/.build.XXXXXX")
+  chmod 0755 "$work" # apt downloads as user _apt, which must reach the tree's apt dirs
   log "building recipe $digest in $work"
   build "$digest" "$work/out"
 

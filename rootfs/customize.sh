@@ -24,10 +24,8 @@ if ((${#sid_packages[@]})); then
   echo "deb [check-valid-until=no signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $JAILD_MIRROR sid main" >"$sid_list"
   # Below trixie's 500: only the packages asked for as PACKAGE/sid come from sid.
   printf 'Package: *\nPin: release n=sid\nPin-Priority: 100\n' >"$sid_pin"
-  # The _apt sandbox user cannot access the list directories mmdebstrap made.
-  apt=(apt-get -q -o APT::Sandbox::User=root)
-  in_root "${apt[@]}" update
-  in_root "${apt[@]}" install -y --no-install-recommends "${sid_packages[@]/%//sid}"
+  in_root apt-get update -q
+  in_root apt-get install -q -y --no-install-recommends "${sid_packages[@]/%//sid}"
   # The lists themselves are dropped by mmdebstrap's cleanup right after this hook.
   rm -f "$sid_list" "$sid_pin"
 fi

@@ -131,3 +131,19 @@ func TestCapture(t *testing.T) {
 		t.Errorf("capture at exactly the limit: %q truncated=%v", c.buf, c.truncated)
 	}
 }
+
+// FuzzParseRecords: the runner's side channel is written by user code too;
+// whatever it holds, what comes out is bounded.
+func FuzzParseRecords(f *testing.F) {
+	f.Add([]byte(`{"type":"exception","exc_type":"E","message":"m","line":2}` + "\n" + `{"type":"result","repr":"1"}`))
+	f.Add([]byte("\xff\n{\n{\"type\":\"result\",\"repr\":null}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		exc, res := parseRecords(data, 10)
+		if exc != nil && (len(exc.Type) > maxExcTypeBytes || len(exc.Message) > maxExcMsgBytes || exc.Line < 0 || exc.Line > 10 || exc.Type == "") {
+			t.Fatalf("unbounded exception %+v", exc)
+		}
+		if res != nil && len(*res) > maxResultBytes {
+			t.Fatalf("unbounded result of %d bytes", len(*res))
+		}
+	})
+}

@@ -105,6 +105,7 @@ class FigureSaver:
         self._dir = None
         self._limit = 0
         self._count = 0
+        self._limit_noted = False
 
     def configure(self, figures_dir, limit):
         self._dir = figures_dir
@@ -132,9 +133,9 @@ class FigureSaver:
 
     def _save(self, figure):
         if self._count >= self._limit:
-            if self._count == self._limit:
+            if not self._limit_noted:
                 note(f"figure limit ({self._limit}) reached, further figures are not saved")
-                self._count += 1  # warn only once
+                self._limit_noted = True
             return
         self._count += 1
         name = f"figure-{self._count}.png"
