@@ -35,7 +35,6 @@ const MaxResponseBytes = 512 << 20
 // maxErrorBytes bounds the body of an error response.
 const maxErrorBytes = 1 << 20
 
-
 // DefaultSocket returns $JAILD_SOCKET, or DefaultSocketPath when it is
 // unset or empty.
 func DefaultSocket() string {
