@@ -7,9 +7,11 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # Seccomp in libcontainer needs cgo and the seccomp tag; a binary built
 # without them refuses to start a jail (internal/seccomp fails closed).
 TAGS      := seccomp
-GOFLAGS   := -trimpath -tags $(TAGS)
+BUILDFLAGS := -trimpath -tags $(TAGS)
 LDFLAGS   := -X github.com/jaild/jaild/internal/version.Version=$(VERSION)
 export CGO_ENABLED := 1
+# sudo's secure_path usually lacks Go; tests also call `go build`.
+export PATH := $(dir $(GO)):$(PATH)
 
 ROOTFS_CACHE ?= /var/cache/jaild/rootfs
 IMAGE_DIR    ?= $(ROOTFS_CACHE)/current
@@ -31,27 +33,27 @@ deps: ## install host packages (root; Debian/Ubuntu)
 	fi
 
 build: ## build bin/jaild and bin/jailctl
-	$(GO) build $(GOFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
 	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE)
 
 vet: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
-	$(GO) vet $(GOFLAGS) ./...
+	$(GO) vet $(BUILDFLAGS) ./...
 
 test-unit: ## tests that need neither root nor the rootfs
-	$(GO) test $(GOFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/
+	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./cmd/jailctl/
 
 test: deps rootfs vet ## all tests, real jails included (root), then every fuzz target briefly
-	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(GOFLAGS) -count=1 -timeout 30m ./...
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
 	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal); do \
 		pkg=./$$(dirname $$t); for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$t | cut -d' ' -f2); do \
-			echo "fuzz $$pkg $$f"; JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(GOFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
+			echo "fuzz $$pkg $$f"; JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
 		done; done
 
 groups: ## create the jaild (socket access) and jaild-admin groups (root)
