@@ -59,15 +59,22 @@ type record struct {
 	Message string           `json:"message"`
 	Line    *json.RawMessage `json:"line"`
 	Repr    *string          `json:"repr"`
+	Signal  int              `json:"signal"`
+}
+
+// records is what the runner reported, validated.
+type records struct {
+	exc    *Exception
+	result *string
+	signal int // the user's process died by this signal (see Run)
 }
 
 // parseRecords decodes the runner's JSON-lines side channel. Its bytes come
 // from the jail, where user code can write to the same pipe, so every line
 // is validated and bounded and anything malformed is ignored. The last
 // well-formed record of each type wins (the runner writes its own last).
-func parseRecords(data []byte, codeLines int) (*Exception, *string) {
-	var exc *Exception
-	var result *string
+func parseRecords(data []byte, codeLines int) records {
+	var out records
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), maxRecordBytes)
 	for sc.Scan() {
@@ -90,15 +97,19 @@ func parseRecords(data []byte, codeLines int) (*Exception, *string) {
 					e.Line = n
 				}
 			}
-			exc = e
+			out.exc = e
 		case "result":
 			if r.Repr != nil {
 				s := clip(*r.Repr, maxResultBytes)
-				result = &s
+				out.result = &s
+			}
+		case "exit":
+			if r.Signal > 0 && r.Signal < 65 {
+				out.signal = r.Signal
 			}
 		}
 	}
-	return exc, result
+	return out
 }
 
 // clip bounds s to n bytes without splitting a UTF-8 sequence and with a

@@ -187,7 +187,14 @@ wait:
 	res.Stdout, res.StdoutTruncated = stdout.buf, stdout.truncated
 	res.Stderr, res.StderrTruncated = stderr.buf, stderr.truncated
 	if p.recR != nil {
-		res.Exception, res.ResultRepr = parseRecords(records.buf, strings.Count(req.Code, "\n")+1)
+		recs := parseRecords(records.buf, strings.Count(req.Code, "\n")+1)
+		res.Exception, res.ResultRepr = recs.exc, recs.result
+		// The runner (pid 1) cannot die by the signal that killed the user's
+		// process; it exits 128+N and says N. Believe it only when both agree
+		// (user code could forge the record, but only about itself).
+		if recs.signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.signal {
+			res.Signal, res.ExitCode = recs.signal, -1
+		}
 		res.Figures = readFigures(filepath.Join(runDir, "meta", "figures"))
 	}
 	if res.Files, err = collectFiles(filepath.Join(runDir, "work"), req.ReturnFiles); err != nil {

@@ -94,14 +94,15 @@ func TestParseRecords(t *testing.T) {
 {"type":"exception","exc_type":"ZeroDivisionError","message":"division by zero","line":3}
 {"type":"exception","exc_type":"","message":"ignored"}
 ` + "\xff\xfe not json\n")
-	exc, res := parseRecords(data, 3)
+	recs := parseRecords(data, 3)
+	exc, res := recs.exc, recs.result
 	if exc == nil || exc.Type != "ZeroDivisionError" || exc.Line != 3 || exc.Message != "division by zero" {
 		t.Errorf("exception = %+v, want the last well-formed record", exc)
 	}
 	if res == nil || *res != "42" {
 		t.Errorf("result = %v, want 42", res)
 	}
-	exc, _ = parseRecords([]byte(`{"type":"exception","exc_type":"`+strings.Repeat("T", 1000)+`","message":"`+strings.Repeat("m", 10000)+`","line":99}`), 3)
+	exc = parseRecords([]byte(`{"type":"exception","exc_type":"`+strings.Repeat("T", 1000)+`","message":"`+strings.Repeat("m", 10000)+`","line":99}`), 3).exc
 	if exc == nil || len(exc.Type) > maxExcTypeBytes || len(exc.Message) > maxExcMsgBytes || exc.Line != 0 {
 		t.Errorf("oversized record not bounded: type %d bytes, message %d bytes, line %d", len(exc.Type), len(exc.Message), exc.Line)
 	}
@@ -138,9 +139,13 @@ func FuzzParseRecords(f *testing.F) {
 	f.Add([]byte(`{"type":"exception","exc_type":"E","message":"m","line":2}` + "\n" + `{"type":"result","repr":"1"}`))
 	f.Add([]byte("\xff\n{\n{\"type\":\"result\",\"repr\":null}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		exc, res := parseRecords(data, 10)
+		recs := parseRecords(data, 10)
+		exc, res := recs.exc, recs.result
 		if exc != nil && (len(exc.Type) > maxExcTypeBytes || len(exc.Message) > maxExcMsgBytes || exc.Line < 0 || exc.Line > 10 || exc.Type == "") {
 			t.Fatalf("unbounded exception %+v", exc)
+		}
+		if recs.signal < 0 || recs.signal > 64 {
+			t.Fatalf("signal %d", recs.signal)
 		}
 		if res != nil && len(*res) > maxResultBytes {
 			t.Fatalf("unbounded result of %d bytes", len(*res))

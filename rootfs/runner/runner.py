@@ -13,14 +13,18 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
         {"type": "figure", "name": "figure-1.png"}
+        {"type": "exit", "signal": int}   (the user's process died by a signal)
 
 The user's code runs as __main__ and can write to fd 4 too, so the daemon
 treats records as untrusted input.  Everything done before the job is read
 is setup that a warm pool could run ahead of time.  Nothing here is a
 security boundary: the jail is.
 
-The exit status is Python's: 0, 1 for an uncaught exception, the SystemExit
-code, death by SIGINT for KeyboardInterrupt.  2 means a malformed job.
+The user's code runs in a child of this process, which stays pid 1 of the
+jail and reaps orphans.  The exit status is the child's, i.e. Python's: 0,
+1 for an uncaught exception, the SystemExit code; when the child dies by
+signal N (SIGINT for KeyboardInterrupt), 128+N and an "exit" record.  2
+means a malformed job.
 """
 
 import ast
@@ -28,6 +32,7 @@ import builtins
 import json
 import linecache
 import os
+import signal
 import sys
 import traceback
 import types
@@ -354,6 +359,43 @@ def run(job, records, saver):
                 pass
 
 
+def fork_user_process():
+    """Fork the process that runs the user's code; return its pid (0 in it).
+
+    This process is pid 1 of the jail's pid namespace, and the kernel spares
+    pid 1 from signals it has no handler for, even kill(SIGKILL) from inside:
+    user code must not run as pid 1, or os.kill(os.getpid(), SIGKILL) and
+    kill(-1, SIGKILL) would not end it. pid 1 also inherits orphans, which it
+    reaps (see supervise).
+    """
+    # Until the child restores it: a SIGINT from user code must not stop
+    # the supervisor.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return pid
+
+
+def supervise(child, records):
+    """Reap every process that ends up ours until the user's process exits;
+    then exit as it did. Dying by a signal cannot be passed on as pid 1, so
+    a signal is reported as an "exit" record plus the shell's 128+N status.
+    Returning ends the jail: the kernel kills whatever is left in it."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1
+        if pid == child:
+            break
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        records.emit({"type": "exit", "signal": sig})
+        return 128 + sig
+    return os.waitstatus_to_exitcode(status)
+
+
 def main():
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
@@ -364,6 +406,9 @@ def main():
     except JobError as exc:
         print(f"jaild runner: bad job: {exc}", file=sys.stderr)
         return 2
+    child = fork_user_process()
+    if child:
+        return supervise(child, records)
     saver.configure(job.figures_dir, job.max_figures)
     run(job, records, saver)
     return 0

@@ -228,6 +228,13 @@ class TestExceptions(RunnerTestCase):
 
 
 class TestExit(RunnerTestCase):
+    def test_death_by_signal_is_reported(self):
+        # The user's code runs in a child of the runner (pid 1 in a jail),
+        # so a signal ends it even when pid 1 would be immune.
+        r = self.run_job("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+        self.assertEqual(r.returncode, 128 + signal.SIGKILL)
+        self.assertEqual(r.of_type("exit"), [{"type": "exit", "signal": signal.SIGKILL}])
+
     def test_sys_exit_code(self):
         r = self.run_job("import sys\nprint('before')\nsys.exit(3)\n")
         self.assertEqual(r.returncode, 3)
