@@ -153,3 +153,54 @@ func TestSocketPermissions(t *testing.T) {
 		t.Errorf("uid 65534 reached a 0600 root socket: %s", out)
 	}
 }
+
+// kill -9 of the daemon with a run in flight, then a restart: the start-up
+// sweep removes the orphaned jail, its cgroup, mounts and run directory.
+func TestRestartSweepsCrashLeftovers(t *testing.T) {
+	d, err := startDaemon("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		var r api.ExecuteResponse
+		d.call(t, "POST", "/v1/execute", `{"code":"import time\ntime.sleep(120)","limits":{"timeout_ms":120000}}`, &r)
+	}()
+	waitFor(t, 10*time.Second, "the run to start", func() bool { return len(jailPids()) > 0 })
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	runs := filepath.Join(d.dir, "run", "runs")
+	if ents, _ := os.ReadDir(runs); len(ents) == 0 || len(jailPids()) == 0 {
+		t.Fatalf("after kill -9 the run should be orphaned (runs %d, pids %d)", len(ents), len(jailPids()))
+	}
+	// Restart on the same configuration (the stale socket is replaced).
+	d2 := &daemon{dir: d.dir, socket: d.socket, log: d.log, client: d.client}
+	d2.cmd = exec.Command(filepath.Join(binDir, "jaild"), "--config", filepath.Join(d.dir, "jaild.toml"))
+	d2.cmd.Stdout, d2.cmd.Stderr = d2.log, d2.log
+	if err := d2.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d2.stop()
+	waitFor(t, 30*time.Second, "the restarted daemon to answer", func() bool {
+		c, err := net.Dial("unix", d2.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	if n := len(jailPids()); n != 0 {
+		t.Errorf("%d jail processes survived the restart", n)
+	}
+	if ents, _ := os.ReadDir(runs); len(ents) != 0 {
+		t.Errorf("run directories survived the restart: %v", ents)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), runs) {
+		t.Error("a run mount survived the restart")
+	}
+	var r api.ExecuteResponse
+	if status, _ := d2.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r); status != 200 || r.Stdout != "1\n" {
+		t.Errorf("after restart: HTTP %d %+v", status, r)
+	}
+}
