@@ -230,9 +230,11 @@ func (e *Engine) sweep() {
 	for _, ent := range ents {
 		if c, err := libcontainer.Load(e.stateDir, ent.Name()); err == nil {
 			_ = c.Signal(unix.SIGKILL)
+			e.waitEmpty(c)
 			if err := c.Destroy(); err != nil {
 				e.log.Warn("sweep: destroy jail", "id", ent.Name(), "err", err)
 			}
+			e.log.Info("sweep: destroyed a jail left by a predecessor", "id", ent.Name())
 		}
 		_ = os.RemoveAll(filepath.Join(e.stateDir, ent.Name()))
 	}
