@@ -51,7 +51,7 @@ test: deps rootfs vet ## all tests, real jails included (root), then every fuzz 
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
-	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal); do \
+	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
 		pkg=./$$(dirname $$t); for f in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$t | cut -d' ' -f2); do \
 			echo "fuzz $$pkg $$f"; JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-10s} $$pkg || exit 1; \
 		done; done
