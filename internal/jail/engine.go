@@ -88,10 +88,15 @@ type Engine struct {
 	runsDir  string // one directory (a tmpfs mountpoint) per run
 	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
 
-	mu      sync.Mutex
-	closed  bool
-	running sync.WaitGroup
+	mu        sync.Mutex
+	closed    bool
+	running   sync.WaitGroup // runs in progress
+	teardowns sync.WaitGroup // teardowns after runs that returned
 }
+
+// Idle waits until every finished run has been torn down: its cgroup,
+// state, mounts and run directory removed.
+func (e *Engine) Idle() { e.teardowns.Wait() }
 
 // New validates cfg, sweeps whatever a crashed predecessor with the same
 // RunDir and CgroupName left behind, loads and checks the seccomp profile,
@@ -165,6 +170,7 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.mu.Unlock()
 	e.running.Wait()
+	e.teardowns.Wait()
 	for _, p := range e.cgroupParents() {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			e.log.Warn("remove cgroup parent", "path", p, "err", err)

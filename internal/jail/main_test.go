@@ -80,6 +80,7 @@ func withLimits(f func(*Limits)) func(*Request) { return func(r *Request) { f(&r
 func checkNoLeaks(t *testing.T, id string) {
 	t.Helper()
 	e := testEngine
+	e.Idle()
 	for _, dir := range []string{e.stateDir, e.runsDir} {
 		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 			t.Errorf("leak: %s not empty after run: %s", dir, ents[0].Name())

@@ -41,13 +41,15 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Run executes req in a fresh jail and destroys the jail before returning.
+// Run executes req in a fresh jail and destroys the jail: before returning
+// when the run failed, in the background right after when it succeeded
+// (every process of the run is dead by then; Idle waits for the rest).
 // The returned error is for failures to create or run the jail (the
 // request is invalid: ErrInvalid; the engine is closed: ErrClosed; the
 // host failed); whatever the program did, including crashing, timing out
 // or being OOM-killed, is a Result with a nil error. Cancelling ctx kills
 // the run (Result.Cancelled); teardown does not depend on ctx.
-func (e *Engine) Run(ctx context.Context, id string, req *Request) (_ *Result, retErr error) {
+func (e *Engine) Run(ctx context.Context, id string, req *Request) (*Result, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -67,7 +69,26 @@ func (e *Engine) Run(ctx context.Context, id string, req *Request) (_ *Result, r
 	if err := e.makeRunDir(runDir, req.Limits); err != nil {
 		return nil, err
 	}
-	defer e.removeRunDir(runDir)
+	// Teardown always happens, whatever the caller does; on success it
+	// happens after Run returns, off the response path (see Idle).
+	var c *libcontainer.Container
+	async := false
+	teardown := func() {
+		if c != nil {
+			// Destroy kills whatever is left and removes the cgroup and state.
+			if err := c.Destroy(); err != nil {
+				e.log.Error("destroy jail", "id", id, "err", err)
+			}
+		}
+		e.removeRunDir(runDir)
+	}
+	defer func() {
+		if async {
+			e.teardowns.Go(teardown)
+		} else {
+			teardown()
+		}
+	}()
 	if err := writeFiles(filepath.Join(runDir, "work"), req.Files, e.jailHostID(jailUID), e.jailHostID(jailGID)); err != nil {
 		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
 	}
@@ -76,19 +97,9 @@ func (e *Engine) Run(ctx context.Context, id string, req *Request) (_ *Result, r
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(e.stateDir, id, cfg)
-	if err != nil {
+	if c, err = libcontainer.Create(e.stateDir, id, cfg); err != nil {
 		return nil, fmt.Errorf("create jail: %w", err)
 	}
-	defer func() {
-		// Destroy kills whatever is left and removes the cgroup and state.
-		if err := c.Destroy(); err != nil {
-			e.log.Error("destroy jail", "id", id, "err", err)
-			if retErr == nil {
-				retErr = fmt.Errorf("destroy jail: %w", err)
-			}
-		}
-	}()
 
 	p, err := newPipes(req.Command == nil)
 	if err != nil {
@@ -202,6 +213,7 @@ wait:
 		res.Files = append(res.Files, OutFile{Path: ".", Error: "workspace could not be read completely"})
 	}
 	res.Status = status(res, outputLimit)
+	async = true
 	return res, nil
 }
 
