@@ -21,7 +21,7 @@ PREFIX       ?= /usr/local
 # Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
 APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl
 
-.PHONY: help deps build rootfs groups test test-unit vet fuzz run install clean
+.PHONY: help deps build rootfs groups test test-unit vet fuzz run install bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -78,5 +78,11 @@ install: deps rootfs build groups ## install binaries, the rootfs, the seccomp p
 	install -D -m 0644 systemd/jaild.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/jaild.conf
 	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; echo "now: systemctl enable --now jaild.socket"; fi
 
+bench: deps rootfs build ## benchmark jaild against bare python3; prints the table (root)
+	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -json bench.json
+
+bench-engine: ## Go benchmark of one cold jail (root)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 30x ./internal/jail/
+
 clean: ## remove build outputs (not the rootfs cache)
-	rm -rf bin
+	rm -rf bin bench.json

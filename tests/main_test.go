@@ -91,7 +91,10 @@ daily_quota = 3
 
 func writeConfig(dir, extra string) (string, error) {
 	// extra holds top-level keys, so it goes before baseConfig's sections.
-	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\nimage = %q\nseccomp_profile = %q\n", filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), imageDir, profile) + extra + baseConfig
+	// Daemons running at once must not share a cgroup name: each one's
+	// start-up sweep would take the others' jails for leftovers.
+	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\n",
+		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig
 	p := filepath.Join(dir, "jaild.toml")
 	return p, os.WriteFile(p, []byte(cfg), 0o644)
 }

@@ -75,7 +75,13 @@ func run() error {
 	_, _ = daemon.SdNotify(false, "STATUS=verifying rootfs and starting the jail engine")
 	engine, err := jail.New(jail.Config{
 		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
-		CgroupName: "jails", HostIDBase: cfg.HostIDBase, Logger: log,
+		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: log,
+		Pool: jail.PoolConfig{
+			Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport,
+			MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
+			// Warm jails can serve any request within the callers' maxima.
+			Limits: server.EngineLimits(cfg.Maxima),
+		},
 	})
 	if err != nil {
 		return err

@@ -123,17 +123,26 @@ type FormatResponse struct {
 
 // Info is the body of GET /v1/info.
 type Info struct {
-	Version     string         `json:"version"`
-	API         string         `json:"api"`
-	Rootfs      RootfsInfo     `json:"rootfs"`
-	Defaults    LimitValues    `json:"default_limits"`
-	Maxima      LimitValues    `json:"max_limits"`
-	AdminMaxima LimitValues    `json:"admin_max_limits"`
-	CgroupMode  string         `json:"cgroup_mode"`
-	Seccomp     SeccompInfo    `json:"seccomp"`
-	Capacity    Capacity       `json:"capacity"`
-	Caller      CallerInfo     `json:"caller"`
-	Extra       map[string]any `json:"extra,omitempty"`
+	Version     string      `json:"version"`
+	API         string      `json:"api"`
+	Rootfs      RootfsInfo  `json:"rootfs"`
+	Defaults    LimitValues `json:"default_limits"`
+	Maxima      LimitValues `json:"max_limits"`
+	AdminMaxima LimitValues `json:"admin_max_limits"`
+	CgroupMode  string      `json:"cgroup_mode"`
+	Seccomp     SeccompInfo `json:"seccomp"`
+	Capacity    Capacity    `json:"capacity"`
+	Caller      CallerInfo  `json:"caller"`
+	Pool        PoolInfo    `json:"pool"`
+}
+
+// PoolInfo describes the warm pool: jails started ahead of requests (each
+// still single-use) whose runner has imported Preimport.
+type PoolInfo struct {
+	Size      int      `json:"size"`
+	Ready     int      `json:"ready"`
+	Preimport []string `json:"preimport"`
+	Paused    bool     `json:"paused"` // host memory pressure
 }
 
 // RootfsInfo summarises the rootfs manifest.

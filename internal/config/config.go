@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -52,6 +53,7 @@ type Config struct {
 	Image          string   `toml:"image"`
 	SeccompProfile string   `toml:"seccomp_profile"`
 	RunDir         string   `toml:"run_dir"`
+	CgroupName     string   `toml:"cgroup_name"`
 	HostIDBase     uint32   `toml:"host_id_base"`
 	AdminGroup     string   `toml:"admin_group"`
 	ShutdownGrace  Duration `toml:"shutdown_grace"`
@@ -64,6 +66,14 @@ type Config struct {
 	AdminMaxima Limits    `toml:"admin_maxima"`
 	Admission   Admission `toml:"admission"`
 	Audit       Audit     `toml:"audit"`
+	Pool        Pool      `toml:"pool"`
+}
+
+// Pool configures the warm pool of jails created ahead of requests.
+type Pool struct {
+	Size           int      `toml:"size"` // 0 disables it
+	Preimport      []string `toml:"preimport"`
+	MinAvailableMB int64    `toml:"min_available_mb"` // 0: 10% of the host's memory
 }
 
 // Admission configures concurrency, queueing and per-caller quotas.
@@ -93,6 +103,7 @@ func Default() Config {
 		Image:          "/var/lib/jaild/rootfs/current",
 		SeccompProfile: "/usr/local/share/jaild/seccomp/default.json",
 		RunDir:         "/run/jaild",
+		CgroupName:     "jails",
 		HostIDBase:     1_200_000_000,
 		AdminGroup:     "jaild-admin",
 		ShutdownGrace:  Duration{30 * time.Second},
@@ -107,6 +118,7 @@ func Default() Config {
 			RatePerMinute: 120, Burst: 30, DailyQuota: 10_000,
 		},
 		Audit: Audit{CodeDir: "/var/lib/jaild/audit", MaxCodeBytes: 64 << 10, Retention: Duration{7 * 24 * time.Hour}},
+		Pool:  Pool{Size: 2, Preimport: []string{"numpy", "pandas", "matplotlib.pyplot"}},
 	}
 }
 
@@ -159,6 +171,9 @@ func (c *Config) Validate() error {
 			bad(key, "must be an absolute path, got %q", p)
 		}
 	}
+	if !cgroupName.MatchString(c.CgroupName) {
+		bad("cgroup_name", "must be a plain name of letters, digits, - and _, got %q", c.CgroupName)
+	}
 	if len(c.Socket) > 107 {
 		bad("socket", "path longer than 107 bytes")
 	}
@@ -204,11 +219,26 @@ func (c *Config) Validate() error {
 	if c.Audit.KeepCode && !filepath.IsAbs(c.Audit.CodeDir) {
 		bad("audit.code_dir", "must be an absolute path when audit.keep_code is set")
 	}
+	if c.Pool.Size < 0 || c.Pool.Size > 64 {
+		bad("pool.size", "must be in 0..64 (0: no warm pool)")
+	}
+	for i, m := range c.Pool.Preimport {
+		if !moduleName.MatchString(m) {
+			bad(fmt.Sprintf("pool.preimport[%d]", i), "%q is not a Python module name", m)
+		}
+	}
+	if c.Pool.MinAvailableMB < 0 {
+		bad("pool.min_available_mb", "must not be negative")
+	}
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
 	return errors.Join(errs...)
 }
+
+var cgroupName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // Engine ceilings for limit values (jail.Limits has its own, higher ones).
 var ceilings = Limits{TimeoutMs: 24 * 3600 * 1000, MemoryMB: 65536, Pids: 4096, FileSizeMB: 16384, OutputBytes: 256 << 20}

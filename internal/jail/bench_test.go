@@ -10,7 +10,7 @@ import (
 func BenchmarkRunPrint(b *testing.B) {
 	req := &Request{Code: "print(1)\n", Limits: DefaultLimits()}
 	for b.Loop() {
-		res, err := testEngine.Run(context.Background(), NewID(), req)
+		res, err := testEngine.Run(context.Background(), req)
 		if err != nil || res.Status != StatusOK {
 			b.Fatalf("run: %v %+v", err, res)
 		}

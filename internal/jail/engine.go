@@ -41,6 +41,8 @@ type Config struct {
 	// Logger receives diagnostics (host paths and syscall details that
 	// callers never see). nil means slog.Default().
 	Logger *slog.Logger
+	// Pool configures the warm pool; the zero value disables it.
+	Pool PoolConfig
 }
 
 // Ids inside the jail.
@@ -87,6 +89,7 @@ type Engine struct {
 	stateDir string // libcontainer's root
 	runsDir  string // one directory (a tmpfs mountpoint) per run
 	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
+	pool     *pool
 
 	mu        sync.Mutex
 	closed    bool
@@ -146,8 +149,17 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	if e.image, err = rootfs.Open(cfg.ImageDir, mnt); err != nil {
 		return nil, err
 	}
+	if cfg.Pool.Size > 0 {
+		if err := cfg.Pool.Limits.Validate(); err != nil {
+			return nil, errors.Join(fmt.Errorf("pool limits: %w", err), e.image.Close())
+		}
+	}
+	e.pool = newPool(e, cfg.Pool)
 	return e, nil
 }
+
+// PoolStats describes the warm pool.
+func (e *Engine) PoolStats() PoolStats { return e.pool.stats() }
 
 // Manifest returns the verified manifest of the engine's rootfs image.
 func (e *Engine) Manifest() *rootfs.Manifest { return e.image.Manifest }
@@ -163,12 +175,14 @@ func CgroupMode() string {
 	return "v1"
 }
 
-// Close waits for runs in progress to finish, then unmounts the rootfs.
+// Close destroys the warm pool's idle jails, waits for runs in progress to
+// finish and be torn down, then unmounts the rootfs.
 // Run fails with ErrClosed afterwards.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.pool.close()
 	e.running.Wait()
 	e.teardowns.Wait()
 	for _, p := range e.cgroupParents() {

@@ -143,7 +143,7 @@ func TestJailCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	start := time.Now()
-	res, err := testEngine.Run(ctx, NewID(), &Request{Code: "import time\ntime.sleep(60)\n", Limits: DefaultLimits()})
+	res, err := testEngine.Run(ctx, &Request{Code: "import time\ntime.sleep(60)\n", Limits: DefaultLimits()})
 	if err != nil {
 		t.Fatal(err)
 	}

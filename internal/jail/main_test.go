@@ -65,7 +65,7 @@ func run(t *testing.T, code string, opts ...func(*Request)) *Result {
 	for _, o := range opts {
 		o(req)
 	}
-	res, err := testEngine.Run(context.Background(), NewID(), req)
+	res, err := testEngine.Run(context.Background(), req)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

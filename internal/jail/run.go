@@ -27,11 +27,15 @@ const teardownTimeout = 30 * time.Second
 
 // job is what the runner reads from fd 3.
 type job struct {
-	Code                string `json:"code"`
-	Filename            string `json:"filename"`
-	LastLineInteractive bool   `json:"last_line_interactive"`
-	FiguresDir          string `json:"figures_dir"`
-	MaxFigures          int    `json:"max_figures"`
+	Code                string            `json:"code"`
+	Filename            string            `json:"filename"`
+	LastLineInteractive bool              `json:"last_line_interactive"`
+	FiguresDir          string            `json:"figures_dir"`
+	MaxFigures          int               `json:"max_figures"`
+	Env                 map[string]string `json:"env,omitempty"`
+	// Rlimits are lowered by the runner in the user's process before the
+	// code runs: a warm jail was created with higher ones.
+	Rlimits map[string][2]uint64 `json:"rlimits"`
 }
 
 // NewID returns a fresh random run id.
@@ -41,19 +45,106 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Run executes req in a fresh jail and destroys the jail: before returning
-// when the run failed, in the background right after when it succeeded
-// (every process of the run is dead by then; Idle waits for the rest).
-// The returned error is for failures to create or run the jail (the
-// request is invalid: ErrInvalid; the engine is closed: ErrClosed; the
-// host failed); whatever the program did, including crashing, timing out
-// or being OOM-killed, is a Result with a nil error. Cancelling ctx kills
-// the run (Result.Cancelled); teardown does not depend on ctx.
-func (e *Engine) Run(ctx context.Context, id string, req *Request) (*Result, error) {
-	if err := req.Validate(); err != nil {
+// box is one jail: its run directory, container, first process and pipes.
+type box struct {
+	id, runDir string
+	limits     Limits // what the jail was created with
+	c          *libcontainer.Container
+	proc       *libcontainer.Process
+	p          *pipes
+	exited     chan exit // receives the first process's end, once
+}
+
+type exit struct {
+	ps  *os.ProcessState
+	err error
+}
+
+// create makes a jail and starts its first process: the runner (waiting
+// for its job on fd 3, after importing preimport) or req.Command. Files
+// are written into the workspace before the process starts. On error
+// nothing is left behind.
+func (e *Engine) create(l Limits, env map[string]string, command []string, files []File, preimport []string) (_ *box, retErr error) {
+	b := &box{id: NewID(), limits: l, exited: make(chan exit, 1)}
+	b.runDir = filepath.Join(e.runsDir, b.id)
+	if err := e.makeRunDir(b.runDir, l); err != nil {
 		return nil, err
 	}
-	if err := validateID(id); err != nil {
+	defer func() {
+		if retErr != nil {
+			e.destroy(b)
+		}
+	}()
+	if err := writeFiles(filepath.Join(b.runDir, "work"), files, e.jailHostID(jailUID), e.jailHostID(jailGID)); err != nil {
+		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
+	}
+	cfg, err := e.config(b.id, b.runDir, l)
+	if err != nil {
+		return nil, err
+	}
+	if b.c, err = libcontainer.Create(e.stateDir, b.id, cfg); err != nil {
+		return nil, fmt.Errorf("create jail: %w", err)
+	}
+	if b.p, err = newPipes(command == nil); err != nil {
+		return nil, err
+	}
+	args := command
+	envList := environ(l, env)
+	if args == nil {
+		args = []string{pythonPath, "-s", "-B", e.image.Manifest.Runner}
+		if len(preimport) > 0 {
+			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(preimport, ","))
+		}
+	}
+	b.proc = &libcontainer.Process{
+		Args:    args,
+		Env:     envList,
+		UID:     jailUID,
+		GID:     jailGID,
+		Cwd:     workspaceDir,
+		Stdin:   b.p.stdinR,
+		Stdout:  b.p.stdoutW,
+		Stderr:  b.p.stderrW,
+		Rlimits: rlimits(l),
+		Init:    true,
+	}
+	if b.p.jobR != nil {
+		b.proc.ExtraFiles = []*os.File{b.p.jobR, b.p.recW}
+	}
+	if err := b.c.Run(b.proc); err != nil {
+		return nil, fmt.Errorf("start jail: %w", err)
+	}
+	b.p.closeChildEnds()
+	go func() { ps, err := b.proc.Wait(); b.exited <- exit{ps, err} }()
+	return b, nil
+}
+
+// destroy kills whatever is left of a jail and removes its cgroup, state,
+// mount and run directory.
+func (e *Engine) destroy(b *box) {
+	if b.c != nil {
+		if err := b.c.Destroy(); err != nil {
+			e.log.Error("destroy jail", "id", b.id, "err", err)
+		}
+	}
+	if b.p != nil {
+		b.p.closeAll()
+	}
+	e.removeRunDir(b.runDir)
+}
+
+// Run executes req in a fresh jail, a warm one from the pool when req fits
+// it, else one created now. The jail is destroyed: before Run returns when
+// the run failed, in the background right after when it succeeded (every
+// process of the run is dead by then; Idle waits for the rest).
+//
+// The returned error is for failures to create or run the jail (the
+// request is invalid: ErrInvalid; the engine is closed: ErrClosed; the host
+// failed); whatever the program did, including crashing, timing out or
+// being OOM-killed, is a Result with a nil error. Cancelling ctx kills the
+// run (Result.Cancelled); teardown does not depend on ctx.
+func (e *Engine) Run(ctx context.Context, req *Request) (*Result, error) {
+	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
@@ -65,74 +156,34 @@ func (e *Engine) Run(ctx context.Context, id string, req *Request) (*Result, err
 	e.mu.Unlock()
 	defer e.running.Done()
 
-	runDir := filepath.Join(e.runsDir, id)
-	if err := e.makeRunDir(runDir, req.Limits); err != nil {
-		return nil, err
-	}
-	// Teardown always happens, whatever the caller does; on success it
-	// happens after Run returns, off the response path (see Idle).
-	var c *libcontainer.Container
-	async := false
-	teardown := func() {
-		if c != nil {
-			// Destroy kills whatever is left and removes the cgroup and state.
-			if err := c.Destroy(); err != nil {
-				e.log.Error("destroy jail", "id", id, "err", err)
-			}
+	b, warm := e.pool.take(req)
+	if b != nil {
+		if err := e.fit(b, req); err != nil {
+			e.log.Warn("warm jail refused the request's limits; using a cold one", "id", b.id, "err", err)
+			e.destroy(b)
+			b, warm = nil, false
 		}
-		e.removeRunDir(runDir)
 	}
-	defer func() {
-		if async {
-			e.teardowns.Go(teardown)
-		} else {
-			teardown()
+	if b == nil {
+		var err error
+		if b, err = e.create(req.Limits, req.Env, req.Command, req.Files, nil); err != nil {
+			return nil, err
 		}
-	}()
-	if err := writeFiles(filepath.Join(runDir, "work"), req.Files, e.jailHostID(jailUID), e.jailHostID(jailGID)); err != nil {
-		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
 	}
-
-	cfg, err := e.config(id, runDir, req.Limits)
+	res, err := e.execute(ctx, b, req)
 	if err != nil {
+		e.destroy(b)
 		return nil, err
 	}
-	if c, err = libcontainer.Create(e.stateDir, id, cfg); err != nil {
-		return nil, fmt.Errorf("create jail: %w", err)
-	}
+	res.Warm = warm
+	e.teardowns.Go(func() { e.destroy(b) })
+	return res, nil
+}
 
-	p, err := newPipes(req.Command == nil)
-	if err != nil {
-		return nil, err
-	}
-	defer p.closeAll()
-
-	args := req.Command
-	if args == nil {
-		args = []string{pythonPath, "-s", "-B", e.image.Manifest.Runner}
-	}
-	proc := &libcontainer.Process{
-		Args:    args,
-		Env:     environ(req.Limits, req.Env),
-		UID:     jailUID,
-		GID:     jailGID,
-		Cwd:     workspaceDir,
-		Stdin:   p.stdinR,
-		Stdout:  p.stdoutW,
-		Stderr:  p.stderrW,
-		Rlimits: rlimits(req.Limits),
-		Init:    true,
-	}
-	if p.jobR != nil {
-		proc.ExtraFiles = []*os.File{p.jobR, p.recW}
-	}
-	res := &Result{ID: id, ExitCode: -1}
-	start := time.Now()
-	if err := c.Run(proc); err != nil {
-		return nil, fmt.Errorf("start jail: %w", err)
-	}
-	p.closeChildEnds()
-
+// execute hands the job to a started jail and collects what it produced.
+func (e *Engine) execute(ctx context.Context, b *box, req *Request) (*Result, error) {
+	res := &Result{ID: b.id, ExitCode: -1}
+	p := b.p
 	var (
 		once     sync.Once
 		overflow = make(chan struct{})
@@ -140,6 +191,7 @@ func (e *Engine) Run(ctx context.Context, id string, req *Request) (*Result, err
 	stdout := &capture{limit: req.Limits.OutputBytes, onOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &capture{limit: req.Limits.OutputBytes, onOverflow: stdout.onOverflow}
 	records := &capture{limit: maxRecordBytes}
+	base := readCgroupStats(b.c)
 	var readers sync.WaitGroup
 	readers.Go(func() { stdout.readFrom(p.stdoutR) })
 	readers.Go(func() { stderr.readFrom(p.stderrR) })
@@ -147,27 +199,22 @@ func (e *Engine) Run(ctx context.Context, id string, req *Request) (*Result, err
 		readers.Go(func() { records.readFrom(p.recR) })
 		j, _ := json.Marshal(job{
 			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
-			FiguresDir: figuresDir, MaxFigures: MaxFigures,
+			FiguresDir: figuresDir, MaxFigures: MaxFigures, Env: req.Env, Rlimits: runnerRlimits(req.Limits),
 		})
 		go feed(p.jobW, j)
 	}
 	go feed(p.stdinW, req.Stdin)
 
-	type exit struct {
-		ps  *os.ProcessState
-		err error
-	}
-	waited := make(chan exit, 1)
-	go func() { ps, err := proc.Wait(); waited <- exit{ps, err} }()
+	start := time.Now()
 	timer := time.NewTimer(req.Limits.Timeout)
 	defer timer.Stop()
-	kill := func() { _ = c.Signal(unix.SIGKILL) }
+	kill := func() { _ = b.c.Signal(unix.SIGKILL) }
 	var outputLimit bool
 	var ended exit
 wait:
 	for {
 		select {
-		case ended = <-waited:
+		case ended = <-b.exited:
 			break wait
 		case <-timer.C:
 			res.TimedOut = true
@@ -183,18 +230,20 @@ wait:
 	}
 	res.Duration = time.Since(start)
 	if ended.ps == nil {
-		e.log.Error("wait for jail", "id", id, "err", ended.err)
+		e.log.Error("wait for jail", "id", b.id, "err", ended.err)
 	}
 	setExit(res, ended.ps)
 
 	// The run is over when its cgroup is empty, not when its first process
 	// exits: the pid namespace dies with its init, so wait for the kernel
 	// to finish killing the rest, and kill stragglers ourselves.
-	e.waitEmpty(c)
+	e.waitEmpty(b.c)
 	readers.Wait()
 
-	st := readCgroupStats(c)
-	res.CPUTime, res.PeakMemoryBytes, res.OOMKilled = st.cpu, st.peak, st.oomKills > 0
+	st := readCgroupStats(b.c)
+	res.CPUTime = st.cpu - base.cpu
+	res.PeakMemoryBytes = st.peak
+	res.OOMKilled = st.oomKills > base.oomKills
 	res.Stdout, res.StdoutTruncated = stdout.buf, stdout.truncated
 	res.Stderr, res.StderrTruncated = stderr.buf, stderr.truncated
 	if p.recR != nil {
@@ -206,27 +255,15 @@ wait:
 		if recs.signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.signal {
 			res.Signal, res.ExitCode = recs.signal, -1
 		}
-		res.Figures = readFigures(filepath.Join(runDir, "meta", "figures"))
+		res.Figures = readFigures(filepath.Join(b.runDir, "meta", "figures"))
 	}
-	if res.Files, err = collectFiles(filepath.Join(runDir, "work"), req.ReturnFiles); err != nil {
-		e.log.Warn("collect files", "id", id, "err", err)
+	var err error
+	if res.Files, err = collectFiles(filepath.Join(b.runDir, "work"), req.ReturnFiles); err != nil {
+		e.log.Warn("collect files", "id", b.id, "err", err)
 		res.Files = append(res.Files, OutFile{Path: ".", Error: "workspace could not be read completely"})
 	}
 	res.Status = status(res, outputLimit)
-	async = true
 	return res, nil
-}
-
-func validateID(id string) error {
-	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("%w: run id must be 1..64 characters", ErrInvalid)
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return fmt.Errorf("%w: run id %q may only hold a-z, 0-9 and -", ErrInvalid, id)
-		}
-	}
-	return nil
 }
 
 func (e *Engine) jailHostID(id int) int { return int(e.cfg.HostIDBase) + id }

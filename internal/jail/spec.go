@@ -90,24 +90,61 @@ func (e *Engine) config(id, runDir string, l Limits) (*configs.Config, error) {
 	return cfg, nil
 }
 
-// rlimits derives the process rlimits from the run's limits. RLIMIT_CPU
+type rlimit struct {
+	name       string // as Python's resource module names it
+	typ        int
+	soft, hard uint64
+}
+
+// limitsOf derives the process rlimits from the run's limits. RLIMIT_CPU
 // is a backstop for the wall-clock timer (a multi-threaded run can burn
 // CPU faster than wall time): SIGXCPU one second past the timeout, SIGKILL
 // one second later.
-func rlimits(l Limits) []configs.Rlimit {
+func limitsOf(l Limits) []rlimit {
 	cpu := uint64((l.Timeout.Milliseconds()+999)/1000) + 1
-	same := func(t int, v int64) configs.Rlimit { return configs.Rlimit{Type: t, Hard: uint64(v), Soft: uint64(v)} }
-	return []configs.Rlimit{
-		same(unix.RLIMIT_AS, l.AddressSpaceBytes),
-		{Type: unix.RLIMIT_CPU, Soft: cpu, Hard: cpu + 1},
-		same(unix.RLIMIT_NPROC, l.Pids),
-		same(unix.RLIMIT_FSIZE, l.FileSizeBytes),
-		same(unix.RLIMIT_NOFILE, l.OpenFiles),
-		same(unix.RLIMIT_STACK, l.StackBytes),
-		same(unix.RLIMIT_CORE, 0),
-		same(unix.RLIMIT_MEMLOCK, 64<<10),
-		same(unix.RLIMIT_MSGQUEUE, 0),
+	same := func(name string, t int, v int64) rlimit { return rlimit{name, t, uint64(v), uint64(v)} }
+	return []rlimit{
+		same("RLIMIT_AS", unix.RLIMIT_AS, l.AddressSpaceBytes),
+		{"RLIMIT_CPU", unix.RLIMIT_CPU, cpu, cpu + 1},
+		same("RLIMIT_NPROC", unix.RLIMIT_NPROC, l.Pids),
+		same("RLIMIT_FSIZE", unix.RLIMIT_FSIZE, l.FileSizeBytes),
+		same("RLIMIT_NOFILE", unix.RLIMIT_NOFILE, l.OpenFiles),
+		same("RLIMIT_STACK", unix.RLIMIT_STACK, l.StackBytes),
+		same("RLIMIT_CORE", unix.RLIMIT_CORE, 0),
+		same("RLIMIT_MEMLOCK", unix.RLIMIT_MEMLOCK, 64<<10),
+		same("RLIMIT_MSGQUEUE", unix.RLIMIT_MSGQUEUE, 0),
 	}
+}
+
+// rlimits are the jail's rlimits in libcontainer's form.
+func rlimits(l Limits) []configs.Rlimit {
+	var out []configs.Rlimit
+	for _, r := range limitsOf(l) {
+		out = append(out, configs.Rlimit{Type: r.typ, Soft: r.soft, Hard: r.hard})
+	}
+	return out
+}
+
+// runnerRlimits are the same rlimits for the runner's job, which lowers
+// them in the user's process (a warm jail was created with higher ones).
+func runnerRlimits(l Limits) map[string][2]uint64 {
+	out := map[string][2]uint64{}
+	for _, r := range limitsOf(l) {
+		out[r.name] = [2]uint64{r.soft, r.hard}
+	}
+	return out
+}
+
+// fitsUnder reports whether every rlimit of l is at most the one of
+// created, so that a jail created with created can serve l by lowering.
+func fitsUnder(l, created Limits) bool {
+	want, have := limitsOf(l), limitsOf(created)
+	for i := range want {
+		if want[i].soft > have[i].soft || want[i].hard > have[i].hard {
+			return false
+		}
+	}
+	return true
 }
 
 // environ builds the jail's environment: the engine's allowlist plus the

@@ -288,4 +288,5 @@ type Result struct {
 	ResultRepr      *string
 	Figures         []Figure
 	Files           []OutFile
+	Warm            bool // served by a jail from the warm pool
 }

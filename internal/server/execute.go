@@ -60,7 +60,7 @@ func (s *Server) run(ctx context.Context, who admission.Caller, jr *jail.Request
 	}
 	defer release()
 	queued := time.Since(qstart)
-	res, err := s.engine.Run(ctx, jail.NewID(), jr)
+	res, err := s.engine.Run(ctx, jr)
 	switch {
 	case errors.Is(err, jail.ErrInvalid):
 		return nil, queued, fmt.Errorf("%w: %v", api.ErrInvalidArgument, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
@@ -176,12 +176,12 @@ func (s *Server) limits(in *api.Limits, who admission.Caller) (jail.Limits, erro
 			*f.dst = *f.req
 		}
 	}
-	return engineLimits(v), nil
+	return EngineLimits(v), nil
 }
 
-// engineLimits turns wire limits into the engine's, deriving the limits a
+// EngineLimits turns wire limits into the engine's, deriving the limits a
 // caller does not set (workspace, address space, ...) from the defaults.
-func engineLimits(v config.Limits) jail.Limits {
+func EngineLimits(v config.Limits) jail.Limits {
 	l := jail.DefaultLimits()
 	l.Timeout = time.Duration(v.TimeoutMs) * time.Millisecond
 	l.MemoryBytes = v.MemoryMB << 20

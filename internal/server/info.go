@@ -33,6 +33,11 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		Capacity:    api.Capacity{MaxConcurrent: s.cfg.MaxConcurrent(), Running: running, QueueSize: s.cfg.Admission.QueueSize, Queued: queued},
 		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin},
 	}
+	ps := s.engine.PoolStats()
+	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, Paused: ps.Paused}
+	if info.Pool.Preimport == nil {
+		info.Pool.Preimport = []string{}
+	}
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
 		info.Caller.QuotaRemaining = &n
 	}

@@ -27,7 +27,7 @@ const maxRules = 200
 // ruffLimits are the limits of a lint or format jail: ruff is fast, and
 // its output is bounded by the diagnostics of at most maxCodeBytes of code.
 func (s *Server) ruffLimits() jail.Limits {
-	l := engineLimits(s.cfg.Defaults)
+	l := EngineLimits(s.cfg.Defaults)
 	l.Timeout = 20 * time.Second
 	l.OutputBytes = 32 << 20
 	l.Pids = max(l.Pids, 32) // ruff runs a thread per CPU

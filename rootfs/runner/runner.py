@@ -8,7 +8,11 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
 
   fd 3  JOB, read to EOF: one JSON object
         {"code": str, "filename": "main.py", "last_line_interactive": bool,
-         "figures_dir": "/jaild/figures" or null, "max_figures": 16}
+         "figures_dir": "/jaild/figures" or null, "max_figures": 16,
+         "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
+        env and rlimits are applied in the user's process before its code.
+        JAILD_PREIMPORT (environment, comma-separated modules) is imported
+        before the job is read: a warm pool's jails wait here.
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
@@ -234,7 +238,17 @@ def read_job():
             raise JobError(f"bad {name!r}: {value!r}")
         return value
 
+    env = field("env", (dict, type(None)), None) or {}
+    if not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v and "=" not in k for k, v in env.items()):
+        raise JobError("bad 'env'")
+    rlimits = field("rlimits", (dict, type(None)), None) or {}
+    for name, pair in rlimits.items():
+        if not (name.startswith("RLIMIT_") and isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair)):
+            raise JobError(f"bad rlimit {name!r}: {pair!r}")
     parsed = types.SimpleNamespace(
+        env=env,
+        rlimits=rlimits,
         code=field("code", (str,), None),
         filename=field("filename", (str,), "main.py"),
         last_line_interactive=field("last_line_interactive", (bool,), False),
@@ -364,6 +378,51 @@ def run(job, records, saver):
                 pass
 
 
+def preimport():
+    """Import the modules named in JAILD_PREIMPORT (a warm jail, before any
+    user code exists), with fds 1 and 2 silenced: what imports print is not
+    the user's output. A module that fails here fails again, visibly, when
+    the user imports it."""
+    names = os.environ.pop("JAILD_PREIMPORT", "")
+    if not names:
+        return
+    import importlib
+
+    saved = (os.dup(1), os.dup(2))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    try:
+        for name in names.split(","):
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def apply_job_limits(job):
+    """In the user's process, before its code: the job's environment, and
+    its rlimits, which are at most the jail's (a warm jail was created with
+    higher ones). Lowering cannot fail; if it does, no user code runs."""
+    os.environ.update(job.env)
+    if job.rlimits:
+        import resource
+
+        for name, (soft, hard) in job.rlimits.items():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
 def fork_user_process():
     """Fork the process that runs the user's code; return its pid (0 in it).
 
@@ -405,6 +464,7 @@ def main():
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
     prepare_matplotlib(saver)
+    preimport()
 
     try:
         job = read_job()
@@ -414,6 +474,11 @@ def main():
     child = fork_user_process()
     if child:
         return supervise(child, records)
+    try:
+        apply_job_limits(job)
+    except (OSError, ValueError, AttributeError) as exc:
+        print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
     saver.configure(job.figures_dir, job.max_figures)
     run(job, records, saver)
     return 0

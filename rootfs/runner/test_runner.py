@@ -45,7 +45,7 @@ class RunnerTestCase(unittest.TestCase):
         os.mkdir(self.workspace)
         os.mkdir(self.figures)
 
-    def run_job(self, code, raw_job=None, stdin=b"", **job_fields):
+    def run_job(self, code, raw_job=None, stdin=b"", runner_env=None, **job_fields):
         """Run the runner like the daemon does; return a Result."""
         job = {
             "code": code,
@@ -76,6 +76,7 @@ class RunnerTestCase(unittest.TestCase):
             "LANG": "C.UTF-8",
             "MPLCONFIGDIR": os.path.join(self.tmp, ".matplotlib"),
         }
+        env.update(runner_env or {})
         proc = subprocess.Popen(
             [sys.executable, "-s", "-B", RUNNER],
             cwd=self.workspace,
@@ -165,6 +166,41 @@ class TestSuccess(RunnerTestCase):
         r = self.run_job("import inspect\ndef f():\n    return 1\nprint(inspect.getsource(f), end='')\n")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "def f():\n    return 1\n")
+
+
+class TestJobLimits(RunnerTestCase):
+    def test_rlimits_are_lowered_before_user_code(self):
+        r = self.run_job(
+            "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_FSIZE))\n",
+            rlimits={"RLIMIT_NOFILE": [64, 64], "RLIMIT_FSIZE": [1 << 20, 1 << 20]},
+        )
+        self.assertEqual((r.returncode, r.stdout), (0, f"(64, 64) ({1 << 20}, {1 << 20})\n"), r.stderr)
+
+    def test_user_code_cannot_raise_them_back(self):
+        r = self.run_job(
+            "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))\n    print('RAISED')\n"
+            "except (ValueError, OSError):\n    print('refused')\n",
+            rlimits={"RLIMIT_NOFILE": [64, 64]},
+        )
+        self.assertEqual(r.stdout, "refused\n", r.stderr)
+
+    def test_env_is_applied(self):
+        r = self.run_job("import os\nprint(os.environ['GREETING'])\n", env={"GREETING": "hi"})
+        self.assertEqual((r.returncode, r.stdout), (0, "hi\n"), r.stderr)
+
+    def test_bad_rlimits_refuse_the_job(self):
+        for bad in ({"RLIMIT_AS": [1]}, {"NOFILE": [1, 1]}, {"RLIMIT_AS": [-1, 1]}, {"RLIMIT_AS": [True, 1]}):
+            with self.subTest(rlimits=bad):
+                r = self.run_job("print('RAN')\n", rlimits=bad)
+                self.assertEqual(r.returncode, 2)
+                self.assertNotIn("RAN", r.stdout)
+
+    def test_preimport_before_the_job_and_silenced(self):
+        r = self.run_job(
+            "import os, sys\nprint('json' in sys.modules, 'JAILD_PREIMPORT' in os.environ)\n",
+            runner_env={"JAILD_PREIMPORT": "json,nonexistent_module_xyz"},
+        )
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "True False\n", ""))
 
 
 class TestExceptions(RunnerTestCase):

@@ -1,0 +1,44 @@
+// Command jailbench measures jaild against bare python3 on this machine
+// and prints a Markdown table (and, with -json FILE, the raw figures).
+// It needs root, a built jaild and the rootfs; `make bench` runs it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/jaild/jaild/internal/bench"
+)
+
+func main() {
+	cfg := bench.Config{}
+	flag.StringVar(&cfg.Jaild, "jaild", "bin/jaild", "jaild binary")
+	flag.StringVar(&cfg.ImageDir, "image", "/var/cache/jaild/rootfs/current", "rootfs image directory")
+	flag.StringVar(&cfg.Profile, "seccomp-profile", "seccomp-profiles/default.json", "seccomp profile")
+	flag.IntVar(&cfg.Iter, "n", 30, "sequential runs per latency figure")
+	flag.IntVar(&cfg.PoolSize, "pool", 2, "warm jails in the warm daemon's pool")
+	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	flag.Parse()
+	for _, p := range []*string{&cfg.Jaild, &cfg.Profile} {
+		abs, err := os.Getwd()
+		if err == nil && (*p)[0] != '/' {
+			*p = abs + "/" + *p
+		}
+	}
+	rep, err := bench.Run(context.Background(), cfg, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jailbench:", err)
+		os.Exit(1)
+	}
+	fmt.Print(rep.Table())
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "jailbench:", err)
+			os.Exit(1)
+		}
+	}
+}

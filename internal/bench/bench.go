@@ -1,0 +1,380 @@
+// Package bench measures jaild against bare python3, in one run on one
+// machine: latency percentiles per workload, throughput at several
+// concurrencies, daemon RSS and memory per warm jail, every figure also as
+// a ratio to bare python3 started in the same rootfs (chroot).
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a benchmark run.
+type Config struct {
+	Jaild    string // path of the jaild binary
+	ImageDir string // rootfs image directory
+	Profile  string // seccomp profile
+	Iter     int    // sequential runs per latency measurement
+	PoolSize int    // warm jails kept by the warm daemon
+}
+
+// Workload is one thing to time.
+type Workload struct {
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint"` // /v1/execute or /v1/lint
+	Body     []byte `json:"-"`
+	Code     string `json:"-"` // for bare python3 (empty: not comparable)
+}
+
+// Stat is a latency distribution.
+type Stat struct {
+	P50, P95, P99 float64 // milliseconds
+}
+
+// Row is one workload measured in each mode.
+type Row struct {
+	Workload string `json:"workload"`
+	Bare     *Stat  `json:"bare_python3,omitempty"`
+	Cold     Stat   `json:"jaild_cold"`
+	Warm     Stat   `json:"jaild_warm"`
+}
+
+// Throughput is print(1) runs per second at a concurrency.
+type Throughput struct {
+	Concurrency int     `json:"concurrency"`
+	Bare        float64 `json:"bare_python3"`
+	Cold        float64 `json:"jaild_cold"`
+	Warm        float64 `json:"jaild_warm"`
+}
+
+// Report is the result of a run.
+type Report struct {
+	When              string       `json:"when"`
+	Host              string       `json:"host"`
+	Iterations        int          `json:"iterations"`
+	Latency           []Row        `json:"latency"`
+	Throughput        []Throughput `json:"throughput"`
+	DaemonRSSBytes    uint64       `json:"daemon_rss_bytes"`
+	WarmJailBytes     uint64       `json:"memory_per_warm_jail_bytes"`
+	WarmJailsMeasured int          `json:"warm_jails_measured"`
+}
+
+func workloads() []Workload {
+	lines := make([]string, 0, 300)
+	for i := 0; i < 100; i++ {
+		lines = append(lines, fmt.Sprintf("def f%d(x):", i), fmt.Sprintf("    y = x * %d", i), "    return y")
+	}
+	lint, _ := json.Marshal(map[string]string{"code": strings.Join(lines, "\n") + "\n"})
+	exec := func(name, code string, extra string) Workload {
+		body, _ := json.Marshal(map[string]any{"code": code})
+		if extra != "" {
+			body = []byte(extra)
+		}
+		return Workload{Name: name, Endpoint: "/v1/execute", Body: body, Code: code}
+	}
+	pandas := `import pandas as pd; print(pd.DataFrame({"a": range(1000)}).a.sum())`
+	cpu := "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
+	file := "open('out.bin', 'wb').write(b'x' * (1 << 20))\n"
+	fileBody, _ := json.Marshal(map[string]any{"code": file, "return_files": []string{"out.bin"}})
+	return []Workload{
+		exec("print(1)", "print(1)", ""),
+		exec("pandas snippet", pandas, ""),
+		exec("200 ms CPU loop", cpu, ""),
+		exec("return a 1 MiB file", file, string(fileBody)),
+		{Name: "lint 300 lines", Endpoint: "/v1/lint", Body: lint},
+	}
+}
+
+// Run performs the whole benchmark.
+func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
+	host, _ := os.Hostname()
+	rep := &Report{When: time.Now().UTC().Format(time.RFC3339), Host: host, Iterations: cfg.Iter}
+	bare, err := newChroot(cfg.ImageDir)
+	if err != nil {
+		return nil, err
+	}
+	defer bare.close()
+	cold, err := startDaemon(cfg, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer cold.stop()
+	warm, err := startDaemon(cfg, cfg.PoolSize)
+	if err != nil {
+		return nil, err
+	}
+	defer warm.stop()
+
+	for _, w := range workloads() {
+		fmt.Fprintf(log, "latency: %s\n", w.Name)
+		row := Row{Workload: w.Name}
+		if w.Code != "" {
+			s, err := measure(cfg.Iter, func() error { return bare.python(w.Code) })
+			if err != nil {
+				return nil, fmt.Errorf("bare %s: %w", w.Name, err)
+			}
+			row.Bare = &s
+		}
+		if row.Cold, err = measure(cfg.Iter, func() error { return cold.call(w) }); err != nil {
+			return nil, fmt.Errorf("cold %s: %w", w.Name, err)
+		}
+		if row.Warm, err = measure(cfg.Iter, func() error { warm.waitReady(ctx); return warm.call(w) }); err != nil {
+			return nil, fmt.Errorf("warm %s: %w", w.Name, err)
+		}
+		rep.Latency = append(rep.Latency, row)
+	}
+	print1 := workloads()[0]
+	for _, c := range []int{1, 2, 8, 32} {
+		fmt.Fprintf(log, "throughput: concurrency %d\n", c)
+		n := max(4*c, 24)
+		t := Throughput{Concurrency: c}
+		if t.Bare, err = throughput(c, n, func() error { return bare.python(print1.Code) }); err != nil {
+			return nil, err
+		}
+		if t.Cold, err = throughput(c, n, func() error { return cold.call(print1) }); err != nil {
+			return nil, err
+		}
+		warm.waitReady(ctx)
+		if t.Warm, err = throughput(c, n, func() error { return warm.call(print1) }); err != nil {
+			return nil, err
+		}
+		rep.Throughput = append(rep.Throughput, t)
+	}
+	warm.waitReady(ctx)
+	rep.DaemonRSSBytes = rss(warm.cmd.Process.Pid)
+	rep.WarmJailBytes, rep.WarmJailsMeasured = warmJailMemory("bench-" + filepath.Base(warm.dir))
+	return rep, nil
+}
+
+func measure(n int, f func() error) (Stat, error) {
+	var ds []float64
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if err := f(); err != nil {
+			return Stat{}, err
+		}
+		ds = append(ds, float64(time.Since(start).Microseconds())/1000)
+	}
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	return Stat{P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}, nil
+}
+
+func throughput(conc, n int, f func() error) (float64, error) {
+	var wg sync.WaitGroup
+	jobs := make(chan struct{}, n)
+	for i := 0; i < n; i++ {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var mu sync.Mutex
+	var firstErr error
+	start := time.Now()
+	for i := 0; i < conc; i++ {
+		wg.Go(func() {
+			for range jobs {
+				if err := f(); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), firstErr
+}
+
+// chroot runs bare python3 in the mounted image.
+type chroot struct{ dir string }
+
+func newChroot(imageDir string) (*chroot, error) {
+	dir, err := os.MkdirTemp("", "jailbench-root-")
+	if err != nil {
+		return nil, err
+	}
+	c := &chroot{dir: dir}
+	cmds := [][]string{
+		{"mount", "-t", "squashfs", "-o", "loop,ro", filepath.Join(imageDir, "rootfs.squashfs"), dir},
+		{"mount", "-t", "tmpfs", "tmpfs", dir + "/tmp"},
+		{"mount", "-t", "proc", "proc", dir + "/proc"},
+		{"mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir + "/dev"},
+		{"touch", dir + "/dev/null"},
+		{"mount", "--bind", "/dev/null", dir + "/dev/null"},
+	}
+	for _, a := range cmds {
+		if out, err := exec.Command(a[0], a[1:]...).CombinedOutput(); err != nil {
+			c.close()
+			return nil, fmt.Errorf("%v: %v: %s", a, err, out)
+		}
+	}
+	return c, nil
+}
+
+func (c *chroot) python(code string) error {
+	cmd := exec.Command("/usr/bin/python3", "-c", code)
+	cmd.SysProcAttr = &unix.SysProcAttr{Chroot: c.dir}
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", "MPLBACKEND=Agg"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+func (c *chroot) close() {
+	_ = exec.Command("umount", "-R", c.dir).Run()
+	_ = os.Remove(c.dir)
+}
+
+// daemon is a jaild started for the benchmark.
+type daemon struct {
+	dir    string
+	cmd    *exec.Cmd
+	client *http.Client
+	pool   int
+}
+
+func startDaemon(cfg Config, pool int) (*daemon, error) {
+	dir, err := os.MkdirTemp("", "jb")
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "s.sock")
+	conf := fmt.Sprintf(`socket = %q
+run_dir = %q
+cgroup_name = %q
+image = %q
+seccomp_profile = %q
+socket_group = ""
+host_id_base = %d
+[admission]
+max_concurrent = 32
+queue_size = 256
+queue_wait = "60s"
+rate_per_minute = 0
+daily_quota = 0
+[pool]
+size = %d
+`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool)
+	if err := os.WriteFile(filepath.Join(dir, "jaild.toml"), []byte(conf), 0o600); err != nil {
+		return nil, err
+	}
+	d := &daemon{dir: dir, pool: pool, cmd: exec.Command(cfg.Jaild, "--config", filepath.Join(dir, "jaild.toml"))}
+	d.cmd.Stderr = io.Discard
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.client = &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 64,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := d.client.Get("http://jaild/v1/health"); err == nil {
+			resp.Body.Close()
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("jaild did not start")
+		}
+	}
+}
+
+func (d *daemon) call(w Workload) error {
+	resp, err := d.client.Post("http://jaild"+w.Endpoint, "application/json", bytes.NewReader(w.Body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, body)
+	}
+	if w.Endpoint == "/v1/execute" && !bytes.Contains(body, []byte(`"status":"ok"`)) {
+		return fmt.Errorf("run failed: %.300s", body)
+	}
+	return nil
+}
+
+// waitReady waits (up to a minute) until the warm pool is full, so that
+// a sequential measurement times the warm path, not the refill.
+func (d *daemon) waitReady(ctx context.Context) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		resp, err := d.client.Get("http://jaild/v1/info")
+		if err != nil {
+			return
+		}
+		var info struct {
+			Pool struct{ Ready int } `json:"pool"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&info)
+		resp.Body.Close()
+		if info.Pool.Ready >= d.pool {
+			return
+		}
+	}
+}
+
+func (d *daemon) stop() {
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	_ = d.cmd.Wait()
+	_ = os.RemoveAll(d.dir)
+}
+
+func rss(pid int) uint64 {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// warmJailMemory averages the memory charged to each idle warm jail's
+// cgroup (cgroup v1 memory.usage_in_bytes or v2 memory.current).
+func warmJailMemory(name string) (uint64, int) {
+	own, _ := os.ReadFile("/proc/self/cgroup")
+	var dirs []string
+	for _, line := range strings.Split(string(own), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "memory":
+			dirs, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup/memory", parts[2], name, "*", "memory.usage_in_bytes"))
+		case parts[0] == "0" && len(dirs) == 0:
+			dirs, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup", parts[2], name, "*", "memory.current"))
+		}
+	}
+	var total uint64
+	for _, f := range dirs {
+		b, _ := os.ReadFile(f)
+		v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		total += v
+	}
+	if len(dirs) == 0 {
+		return 0, 0
+	}
+	return total / uint64(len(dirs)), len(dirs)
+}

@@ -1,0 +1,34 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Table renders the report as Markdown, every figure with its ratio to
+// bare python3 where one exists.
+func (r *Report) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s on %s, %d sequential runs per latency figure (ms, p50 / p95 / p99; ×: ratio to bare python3's p50).\n\n", r.When, r.Host, r.Iterations)
+	b.WriteString("| workload | bare python3 (chroot) | jaild cold | jaild warm |\n| --- | --- | --- | --- |\n")
+	for _, row := range r.Latency {
+		bare := "n/a"
+		ratio := func(s Stat) string { return "" }
+		if row.Bare != nil {
+			bare = stat(*row.Bare)
+			base := row.Bare.P50
+			ratio = func(s Stat) string { return fmt.Sprintf(" (×%.2f)", s.P50/base) }
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s |\n", row.Workload, bare, stat(row.Cold), ratio(row.Cold), stat(row.Warm), ratio(row.Warm))
+	}
+	b.WriteString("\nThroughput of `print(1)` (runs/s; ×: ratio to bare python3 at the same concurrency):\n\n")
+	b.WriteString("| concurrency | bare python3 | jaild cold | jaild warm |\n| --- | --- | --- | --- |\n")
+	for _, t := range r.Throughput {
+		fmt.Fprintf(&b, "| %d | %.1f | %.1f (×%.2f) | %.1f (×%.2f) |\n", t.Concurrency, t.Bare, t.Cold, t.Cold/t.Bare, t.Warm, t.Warm/t.Bare)
+	}
+	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory per idle warm jail (cgroup, %d measured): %.1f MiB.\n",
+		float64(r.DaemonRSSBytes)/(1<<20), r.WarmJailsMeasured, float64(r.WarmJailBytes)/(1<<20))
+	return b.String()
+}
+
+func stat(s Stat) string { return fmt.Sprintf("%.1f / %.1f / %.1f", s.P50, s.P95, s.P99) }

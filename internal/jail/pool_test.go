@@ -1,0 +1,145 @@
+package jail
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newPoolEngine starts a second engine whose pool keeps one warm jail.
+func newPoolEngine(t *testing.T) *Engine {
+	t.Helper()
+	runDir := t.TempDir()
+	profile, _ := filepath.Abs("../../seccomp-profiles/default.json")
+	limits := DefaultLimits()
+	limits.Timeout = 60 * time.Second
+	limits.MemoryBytes = 1 << 30
+	e, err := New(Config{
+		ImageDir: testEngine.cfg.ImageDir, SeccompProfile: profile, RunDir: runDir,
+		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: 1_250_000_000,
+		Pool: PoolConfig{Size: 1, Preimport: []string{"numpy", "pandas"}, Limits: limits},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+		if ents, _ := os.ReadDir(e.runsDir); len(ents) != 0 {
+			t.Errorf("pool engine left run directories: %v", ents)
+		}
+		if ids := e.leftoverCgroups(); len(ids) != 0 {
+			t.Errorf("pool engine left cgroups: %v", ids)
+		}
+		if pids := jailProcesses(1_250_000_000); len(pids) != 0 {
+			t.Errorf("pool engine left processes: %v", pids)
+		}
+	})
+	return e
+}
+
+// runWarm waits for a warm jail, runs code in it and insists it was warm.
+func runWarm(t *testing.T, e *Engine, code string, opts ...func(*Request)) *Result {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); e.PoolStats().Ready == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool never had a warm jail ready")
+		}
+	}
+	req := &Request{Code: code, Limits: DefaultLimits()}
+	for _, o := range opts {
+		o(req)
+	}
+	res, err := e.Run(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Warm {
+		t.Fatalf("run was not served by a warm jail")
+	}
+	return res
+}
+
+// A warm jail is single-use and as isolated as a cold one: nothing one run
+// leaves (a file, a module monkeypatch, an environment change, a process)
+// is seen by the next, and the filter and limits are those of the request.
+func TestJailWarmPool(t *testing.T) {
+	e := newPoolEngine(t)
+	res := runWarm(t, e, `
+import os, sys, json, subprocess, pandas
+open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')
+json.dumps = lambda *a, **k: 'PATCHED'
+os.environ['LEFT'] = '1'
+subprocess.Popen(['sleep', '300'], start_new_session=True)
+print('numpy' in sys.modules, 'pandas' in sys.modules)
+`)
+	if res.Status != StatusOK || string(res.Stdout) != "True True\n" {
+		t.Fatalf("first run: %s %q %s", res.Status, res.Stdout, res.Stderr)
+	}
+	res = runWarm(t, e, `
+import os, json
+print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.environ.get('LEFT'),
+      sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, os.getpid()])
+`)
+	if got := string(res.Stdout); got != "False False 1 None True\n" {
+		t.Errorf("second run saw state of the first: %q %s", got, res.Stderr)
+	}
+
+	// The request's limits, not the pool's: rlimits lowered by the runner,
+	// cgroup limits set by the engine, timeout by the engine.
+	res = runWarm(t, e, "import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CPU))\n"+
+		"print(open('/proc/self/status').read().count('Seccomp:\\t2'))\n",
+		withLimits(func(l *Limits) { l.OpenFiles = 100; l.Timeout = 3 * time.Second }))
+	if got := string(res.Stdout); got != "(100, 100) (4, 5)\n1\n" {
+		t.Errorf("limits in a warm jail: %q %s", got, res.Stderr)
+	}
+	res = runWarm(t, e, "x = bytearray(700 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", withLimits(func(l *Limits) { l.MemoryBytes = 400 << 20 }))
+	if res.Status != StatusMemoryLimit || !res.OOMKilled {
+		t.Errorf("memory limit in a warm jail: status %s oom %v", res.Status, res.OOMKilled)
+	}
+	res = runWarm(t, e, "while True: pass\n", withLimits(func(l *Limits) { l.Timeout = time.Second }))
+	if res.Status != StatusTimeout || res.Duration > 2500*time.Millisecond {
+		t.Errorf("timeout in a warm jail: status %s after %v", res.Status, res.Duration)
+	}
+	// Files in, and a workspace resized for the request.
+	res = runWarm(t, e, "import os\nprint(open('in.txt').read(), os.statvfs('.').f_blocks * os.statvfs('.').f_frsize)\n", func(r *Request) {
+		r.Files = []File{{Path: "in.txt", Data: []byte("hello")}}
+		r.Limits.WorkspaceBytes = 32 << 20
+	})
+	if got := string(res.Stdout); got != fmt.Sprintf("hello %d\n", 32<<20) {
+		t.Errorf("files and workspace size in a warm jail: %q %s", got, res.Stderr)
+	}
+
+	// A request the pool cannot honour (more than the pool's limits, or
+	// less memory than a warm jail already uses) runs cold.
+	for _, l := range []func(*Limits){
+		func(l *Limits) { l.Timeout = 2 * time.Minute },
+		func(l *Limits) { l.MemoryBytes = 64 << 20 },
+	} {
+		req := &Request{Code: "print(1)", Limits: DefaultLimits()}
+		l(&req.Limits)
+		res, err := e.Run(context.Background(), req)
+		if err != nil || res.Warm || res.Status != StatusOK {
+			t.Errorf("request outside the pool: warm %v status %v err %v", res != nil && res.Warm, res, err)
+		}
+	}
+	e.Idle()
+	if n := strings.Count(strings.Join(stateDirs(e), ","), ","); n > 1 {
+		t.Errorf("more jails alive than the pool's one: %v", stateDirs(e))
+	}
+}
+
+func stateDirs(e *Engine) []string {
+	ents, _ := os.ReadDir(e.stateDir)
+	var out []string
+	for _, ent := range ents {
+		out = append(out, ent.Name())
+	}
+	return out
+}
