@@ -127,6 +127,14 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	// A jail's init runs as an unprivileged host uid, so every directory on
 	// the way to the rootfs and the run directories must be searchable
 	// (but need not be listable) by others.
+	for dir := filepath.Dir(filepath.Clean(cfg.RunDir)); ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return nil, fmt.Errorf("jail config: RunDir %s: %s (mode %04o) is not searchable by other users; jails start as an unprivileged uid and must reach it", cfg.RunDir, dir, fi.Mode().Perm())
+		}
+		if dir == "/" {
+			break
+		}
+	}
 	for _, d := range []struct {
 		path string
 		mode os.FileMode

@@ -127,6 +127,11 @@ func (pl *pool) loop() {
 		}
 		if !pressure && need > 0 {
 			b, err := pl.e.create(pl.cfg.Limits, nil, nil, nil, pl.cfg.Preimport)
+			if err == nil {
+				if err = awaitReady(b); err != nil {
+					pl.e.destroy(b)
+				}
+			}
 			if err != nil {
 				pl.e.log.Error("warm pool: create jail", "err", err)
 			} else {
@@ -143,6 +148,35 @@ func (pl *pool) loop() {
 		case <-tick.C:
 		}
 	}
+}
+
+// readyTimeout bounds how long a warm jail's runner may take to import
+// its modules.
+const readyTimeout = 2 * time.Minute
+
+// awaitReady waits for the runner's {"type":"ready"} record: only a jail
+// whose pre-imports are done is ready (its memory use is then known, and a
+// request's lower memory limit cannot hit the pre-imports).
+func awaitReady(b *box) error {
+	if err := b.p.recR.SetReadDeadline(time.Now().Add(readyTimeout)); err != nil {
+		return err
+	}
+	defer b.p.recR.SetReadDeadline(time.Time{})
+	var line []byte
+	one := make([]byte, 1)
+	for len(line) < 64 {
+		if _, err := b.p.recR.Read(one); err != nil {
+			return fmt.Errorf("warm jail %s never became ready: %w", b.id, err)
+		}
+		if one[0] == '\n' {
+			if string(line) != `{"type": "ready"}` {
+				return fmt.Errorf("warm jail %s: unexpected first record %q", b.id, line)
+			}
+			return nil
+		}
+		line = append(line, one[0])
+	}
+	return fmt.Errorf("warm jail %s: first record too long", b.id)
 }
 
 // close stops refilling and destroys the idle jails.
@@ -201,7 +235,7 @@ func meminfo() (total, avail uint64) {
 }
 
 // fit prepares a warm jail for req: the request's cgroup limits (refused
-// if the jail already uses more memory than the request allows), a fresh
+// if the request allows too little memory beyond what the jail uses), a fresh
 // peak-memory counter, the workspace size, and the request's files.
 func (e *Engine) fit(b *box, req *Request) error {
 	l := req.Limits
@@ -210,13 +244,17 @@ func (e *Engine) fit(b *box, req *Request) error {
 		return err
 	}
 	paths := state.CgroupPaths
-	usageFile := filepath.Join(paths["memory"], "memory.usage_in_bytes")
+	// The user's process is a fork of the runner: when its objects are
+	// touched (refcounts, and at the latest at interpreter exit) their
+	// anonymous pages are copied, so they may come to count twice. (File
+	// pages, the bulk of what imports map, are shared and reclaimable.)
+	anon := keyed(filepath.Join(paths["memory"], "memory.stat"), "rss")
 	if cgroups.IsCgroup2UnifiedMode() {
-		usageFile = filepath.Join(paths[""], "memory.current")
+		anon = keyed(filepath.Join(paths[""], "memory.stat"), "anon")
 	}
-	const headroom = 16 << 20
-	if used := single(usageFile); used+headroom > uint64(l.MemoryBytes) {
-		return fmt.Errorf("warm jail uses %d bytes, request allows %d", used, l.MemoryBytes)
+	const headroom = 64 << 20
+	if 2*anon+headroom > uint64(l.MemoryBytes) {
+		return fmt.Errorf("warm jail holds %d anonymous bytes; a request allowing %d could run out copying them", anon, l.MemoryBytes)
 	}
 	cfg := b.c.Config()
 	cg := *cfg.Cgroups

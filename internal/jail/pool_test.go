@@ -14,7 +14,11 @@ import (
 // newPoolEngine starts a second engine whose pool keeps one warm jail.
 func newPoolEngine(t *testing.T) *Engine {
 	t.Helper()
-	runDir := t.TempDir()
+	runDir, err := os.MkdirTemp("", "jaild-pool-test-") // t.TempDir's parent is 0700
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runDir) })
 	profile, _ := filepath.Abs("../../seccomp-profiles/default.json")
 	limits := DefaultLimits()
 	limits.Timeout = 60 * time.Second

@@ -159,7 +159,7 @@ func (e *Engine) Run(ctx context.Context, req *Request) (*Result, error) {
 	b, warm := e.pool.take(req)
 	if b != nil {
 		if err := e.fit(b, req); err != nil {
-			e.log.Warn("warm jail refused the request's limits; using a cold one", "id", b.id, "err", err)
+			e.log.Info("warm jail cannot serve the request; using a cold one", "id", b.id, "err", err)
 			e.destroy(b)
 			b, warm = nil, false
 		}

@@ -12,7 +12,8 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
         env and rlimits are applied in the user's process before its code.
         JAILD_PREIMPORT (environment, comma-separated modules) is imported
-        before the job is read: a warm pool's jails wait here.
+        before the job is read, then {"type": "ready"} is written to fd 4:
+        a warm pool's jails wait here.
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
@@ -385,7 +386,7 @@ def preimport():
     the user imports it."""
     names = os.environ.pop("JAILD_PREIMPORT", "")
     if not names:
-        return
+        return False
     import importlib
 
     saved = (os.dup(1), os.dup(2))
@@ -409,6 +410,7 @@ def preimport():
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+    return True
 
 
 def apply_job_limits(job):
@@ -464,7 +466,8 @@ def main():
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
     prepare_matplotlib(saver)
-    preimport()
+    if preimport():
+        records.emit({"type": "ready"})
 
     try:
         job = read_job()

@@ -201,6 +201,7 @@ class TestJobLimits(RunnerTestCase):
             runner_env={"JAILD_PREIMPORT": "json,nonexistent_module_xyz"},
         )
         self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "True False\n", ""))
+        self.assertEqual(r.records[0], {"type": "ready"})
 
 
 class TestExceptions(RunnerTestCase):
