@@ -51,6 +51,7 @@ func init() {
 		{"format", "[flags] [FILE|-]", "format Python code with ruff", formatHelp, runFormat},
 		{"info", "[flags]", "show the daemon's version, image, limits and capacity", "", runInfo},
 		{"health", "[flags]", "check that the daemon is serving", "", runHealth},
+		{"mcp", "[flags]", "serve the daemon's tools to AI agents over MCP (stdio, or --http)", mcpHelp, runMCP},
 		{"version", "", "print jailctl's version", "", runVersion},
 	}
 }

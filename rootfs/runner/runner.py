@@ -437,6 +437,12 @@ def fork_user_process():
     # Until the child restores it: a SIGINT from user code must not stop
     # the supervisor.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Keep the cyclic GC off what exists now (the pre-imports, in a warm
+    # jail): walking them in the child copies their pages and made a child's
+    # exit ~4x slower (measured 233 ms vs 64 ms with numpy, pandas, pyplot).
+    import gc
+
+    gc.freeze()
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGINT, signal.default_int_handler)

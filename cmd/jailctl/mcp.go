@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jaild/jaild/internal/mcp"
+	"github.com/jaild/jaild/internal/version"
+)
+
+const mcpHelp = `Serves jaild's tools to AI agents over the Model Context Protocol:
+run_python, lint_python and format_python, forwarded to the daemon. By
+default MCP is spoken on stdin and stdout, as desktop clients expect of a
+server they launch; diagnostics go to stderr. With --http, MCP is served
+over Streamable HTTP at http://ADDR/mcp instead, on a loopback address
+unless --allow-remote. It runs until stdin ends (stdio) or it is
+interrupted. See docs/MCP.md for client configuration.`
+
+func runMCP(e *env, args []string) int {
+	fs := e.flagSet("mcp")
+	addr := fs.String("http", "", "serve Streamable HTTP on `ADDR` (HOST:PORT, a loopback address; port 0 picks one) instead of stdio")
+	allowRemote := fs.Bool("allow-remote", false, "let --http listen on a non-loopback address (no authentication: anyone who reaches it runs code)")
+	socket := socketFlag(fs)
+	if _, rc, ok := e.parse(fs, args, 0); !ok {
+		return rc
+	}
+	if *allowRemote && *addr == "" {
+		return e.usageError("mcp: --allow-remote needs --http")
+	}
+	srv, err := mcp.New(e.ctx, e.client(*socket), version.Version)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	if *addr == "" {
+		if err := srv.ServeStdio(e.ctx, e.stdin, e.stdout); err != nil && e.ctx.Err() == nil {
+			return e.errorf("mcp: %v", err)
+		}
+		return exitOK
+	}
+	l, err := mcp.Listen(*addr, *allowRemote)
+	if errors.Is(err, mcp.ErrNotLoopback) {
+		return e.usageError("mcp: --http %v; pass --allow-remote to listen there anyway", err)
+	}
+	if err != nil {
+		return e.errorf("mcp: --http: %v", err)
+	}
+	if *allowRemote {
+		fmt.Fprintf(e.stderr, "jailctl mcp: warning: no authentication: whoever reaches %s runs code as you\n", l.Addr())
+	}
+	fmt.Fprintf(e.stderr, "jailctl mcp: serving MCP at http://%s%s\n", l.Addr(), mcp.Path)
+	if err := srv.ServeHTTP(e.ctx, l); err != nil {
+		return e.errorf("mcp: %v", err)
+	}
+	return exitOK
+}

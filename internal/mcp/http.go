@@ -1,0 +1,85 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Path is where the Streamable HTTP endpoint is served.
+const Path = "/mcp"
+
+// ErrNotLoopback is returned by Listen for an address that is not a
+// loopback one when remote clients are not allowed.
+var ErrNotLoopback = errors.New("not a loopback address")
+
+// Listen listens on addr (HOST:PORT; port 0 picks a free one) for
+// ServeHTTP. The server has no authentication, and whoever reaches it runs
+// code as its caller of the daemon, so unless allowRemote the host must be
+// a loopback address or "localhost", and the address bound must be one
+// too; otherwise the error wraps ErrNotLoopback.
+func Listen(addr string, allowRemote bool) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: want HOST:PORT: %w", addr, err)
+	}
+	if !allowRemote && !isLoopback(host) {
+		return nil, fmt.Errorf("address %q: %w", addr, ErrNotLoopback)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tcp, ok := l.Addr().(*net.TCPAddr); !allowRemote && (!ok || !tcp.IP.IsLoopback()) {
+		// "localhost" resolved to something else.
+		l.Close()
+		return nil, fmt.Errorf("address %q bound %s: %w", addr, l.Addr(), ErrNotLoopback)
+	}
+	return l, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler returns the Streamable HTTP endpoint at Path; other paths are
+// 404. Sessions are stateful (Mcp-Session-Id). The SDK refuses a request
+// that reached a loopback address with a Host header that is not a
+// loopback name (DNS rebinding), and a browser's cross-origin request is
+// refused as well; both with 403.
+func (s *Server) Handler() http.Handler {
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
+		&sdk.StreamableHTTPOptions{MaxRequestBodyBytes: maxMessageBytes})
+	mux := http.NewServeMux()
+	mux.Handle(Path, http.NewCrossOriginProtection().Handler(h))
+	return mux
+}
+
+// ServeHTTP serves Handler on l until ctx is done (nil) or serving fails.
+// Requests in flight get a second to finish; open event streams are then
+// closed.
+func (s *Server) ServeHTTP(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve MCP over HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := srv.Shutdown(grace); err != nil {
+		srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"mime"
+	"net/url"
+	"path"
+	"strings"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// runResult turns the daemon's answer into run_python's result: a text
+// for the model, then each figure as a PNG image and each returned file as
+// an embedded resource, plus the structured output. A run that did not
+// end with status ok is a result with IsError set, not a protocol error.
+// The error is for a response whose base64 does not decode.
+func runResult(resp *api.ExecuteResponse) (*sdk.CallToolResult, *RunOutput, error) {
+	out := &RunOutput{
+		Status:          resp.Status,
+		Message:         resp.Message,
+		Exception:       resp.Error,
+		ExitCode:        resp.ExitCode,
+		Signal:          resp.Signal,
+		Stdout:          resp.Stdout,
+		Stderr:          resp.Stderr,
+		StdoutTruncated: resp.StdoutTruncated,
+		StderrTruncated: resp.StderrTruncated,
+		DurationMs:      resp.Usage.DurationMs,
+	}
+	var attached []sdk.Content
+	for _, f := range resp.Figures {
+		png, err := base64.StdEncoding.DecodeString(f.ContentB64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("malformed response from jaild: figure %q: %w", f.Name, err)
+		}
+		out.Figures = append(out.Figures, f.Name)
+		attached = append(attached, &sdk.ImageContent{Data: png, MIMEType: "image/png"})
+	}
+	for _, f := range resp.Files {
+		fr := FileResult{Path: f.Path, SizeBytes: f.SizeBytes, Error: f.Error}
+		if f.Error == "" {
+			content, err := base64.StdEncoding.DecodeString(f.ContentB64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("malformed response from jaild: file %q: %w", f.Path, err)
+			}
+			fr.URI = fileURI(resp.RunID, f.Path)
+			attached = append(attached, &sdk.EmbeddedResource{Resource: resourceContents(fr.URI, f.Path, content)})
+		}
+		out.Files = append(out.Files, fr)
+	}
+	res := &sdk.CallToolResult{
+		Content: append([]sdk.Content{&sdk.TextContent{Text: runText(out)}}, attached...),
+		IsError: resp.Status != api.StatusOK,
+	}
+	return res, out, nil
+}
+
+// fileURI names a returned file: jaild://RUN_ID/PATH. The jail it came
+// from is gone, so the URI identifies the content; nothing serves it.
+func fileURI(runID, p string) string {
+	return (&url.URL{Scheme: "jaild", Host: runID, Path: "/" + p}).String()
+}
+
+// resourceContents holds a returned file as text when it is UTF-8 without
+// NUL bytes, else as a blob. An empty file is an empty blob: a text
+// resource's text is required on the wire, and the SDK omits an empty one.
+func resourceContents(uri, name string, content []byte) *sdk.ResourceContents {
+	isText := len(content) > 0 && utf8.Valid(content) && !bytes.ContainsRune(content, 0)
+	typ := mime.TypeByExtension(path.Ext(name))
+	switch {
+	case typ != "":
+	case isText:
+		typ = "text/plain; charset=utf-8"
+	default:
+		typ = "application/octet-stream"
+	}
+	if isText {
+		return &sdk.ResourceContents{URI: uri, MIMEType: typ, Text: string(content)}
+	}
+	if content == nil {
+		content = []byte{}
+	}
+	return &sdk.ResourceContents{URI: uri, MIMEType: typ, Blob: content}
+}
+
+// runText is the run's result as a model reads it: what happened, then
+// the output streams verbatim, then what is attached.
+func runText(out *RunOutput) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s (%s)\n", out.Status, seconds(out.DurationMs))
+	e := out.Exception
+	if out.Message != "" && (e == nil || out.Message != e.Type+": "+e.Message) {
+		fmt.Fprintf(&b, "message: %s\n", out.Message)
+	}
+	if e != nil {
+		fmt.Fprintf(&b, "exception: %s: %s", e.Type, e.Message)
+		if e.Line != nil {
+			fmt.Fprintf(&b, " (line %d of the code)", *e.Line)
+		}
+		b.WriteString("\n")
+	}
+	switch {
+	case out.ExitCode != nil:
+		fmt.Fprintf(&b, "exit code: %d\n", *out.ExitCode)
+	case out.Signal != nil:
+		fmt.Fprintf(&b, "killed by signal %d\n", *out.Signal)
+	}
+	empty := "(empty)"
+	if out.Status == api.StatusOK {
+		empty = "(empty: print() what you want to see)"
+	}
+	stream(&b, "stdout", out.Stdout, out.StdoutTruncated, empty)
+	stream(&b, "stderr", out.Stderr, out.StderrTruncated, "(empty)")
+	for _, f := range out.Files {
+		if f.Error != "" {
+			fmt.Fprintf(&b, "file %s: not returned: %s\n", f.Path, f.Error)
+		} else {
+			fmt.Fprintf(&b, "file %s: %d bytes, attached as %s\n", f.Path, f.SizeBytes, f.URI)
+		}
+	}
+	for _, name := range out.Figures {
+		fmt.Fprintf(&b, "figure %s: attached as an image\n", name)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func stream(b *strings.Builder, name, s string, truncated bool, empty string) {
+	switch {
+	case s == "":
+		fmt.Fprintf(b, "%s: %s\n", name, empty)
+		return
+	case truncated:
+		fmt.Fprintf(b, "%s (cut at the output limit):\n", name)
+	default:
+		fmt.Fprintf(b, "%s:\n", name)
+	}
+	b.WriteString(s)
+	if !strings.HasSuffix(s, "\n") {
+		b.WriteString("\n")
+	}
+}
+
+// lintText lists lint findings one a line, as "LINE:COL: CODE message".
+func lintText(diags []api.Diagnostic) string {
+	if len(diags) == 0 {
+		return "No findings: the code is clean."
+	}
+	var b strings.Builder
+	for _, d := range diags {
+		fmt.Fprintf(&b, "%d:%d: %s %s", d.Location.Line, d.Location.Column, d.Code, d.Message)
+		if d.Fixable {
+			b.WriteString(" (fixable)")
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

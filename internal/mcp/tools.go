@@ -1,0 +1,252 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// Tool names.
+const (
+	RunTool    = "run_python"
+	LintTool   = "lint_python"
+	FormatTool = "format_python"
+)
+
+// RunInput is the arguments of run_python.
+type RunInput struct {
+	Code           string      `json:"code" jsonschema:"the Python program; it runs as main.py in /workspace, the current directory"`
+	Stdin          string      `json:"stdin,omitempty" jsonschema:"the program's standard input (default: empty)"`
+	TimeoutSeconds float64     `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit of the run in seconds (default: the daemon's)"`
+	Files          []FileInput `json:"files,omitempty" jsonschema:"files written into /workspace before the code runs"`
+	ReturnFiles    []string    `json:"return_files,omitempty" jsonschema:"paths or glob patterns (*, ?, [...] within a name, ** across directories), relative to /workspace, of files to send back after the run"`
+}
+
+// FileInput is a file written into the workspace before the code runs.
+type FileInput struct {
+	Path       string `json:"path" jsonschema:"relative path in /workspace, such as data.csv or in/data.csv"`
+	ContentB64 string `json:"content_b64" jsonschema:"the file's content, base64-encoded (standard alphabet, padded)"`
+}
+
+// RunOutput is run_python's structured result. Returned files' contents
+// and figures are in the result's content, as embedded resources and
+// images.
+type RunOutput struct {
+	Status          string         `json:"status" jsonschema:"ok, error (an exception or a non-zero exit), timeout, memory_limit, cpu_limit, output_limit or killed"`
+	Message         string         `json:"message" jsonschema:"one line that says what went wrong; empty when ok"`
+	Exception       *api.ExecError `json:"exception,omitempty" jsonschema:"the uncaught exception, if any: type, message and line in the code"`
+	ExitCode        *int           `json:"exit_code" jsonschema:"the program's exit code; null when a signal killed it"`
+	Signal          *int           `json:"signal,omitempty" jsonschema:"the signal that killed the program"`
+	Stdout          string         `json:"stdout"`
+	Stderr          string         `json:"stderr"`
+	StdoutTruncated bool           `json:"stdout_truncated,omitempty" jsonschema:"stdout passed the output limit and was cut"`
+	StderrTruncated bool           `json:"stderr_truncated,omitempty" jsonschema:"stderr passed the output limit and was cut"`
+	Files           []FileResult   `json:"files,omitempty" jsonschema:"the files that matched return_files"`
+	Figures         []string       `json:"figures,omitempty" jsonschema:"names of the matplotlib figures, returned as PNG images"`
+	DurationMs      int64          `json:"duration_ms" jsonschema:"wall-clock time of the run"`
+}
+
+// FileResult is a file that matched return_files: returned (its content
+// is an embedded resource of the result) or, with Error, not returned.
+type FileResult struct {
+	Path      string `json:"path"`
+	SizeBytes int64  `json:"size_bytes"`
+	URI       string `json:"uri,omitempty" jsonschema:"the URI of the embedded resource that holds the content"`
+	Error     string `json:"error,omitempty" jsonschema:"why the file was not returned"`
+}
+
+// LintInput is the arguments of lint_python.
+type LintInput struct {
+	Code   string   `json:"code" jsonschema:"the Python source to lint"`
+	Select []string `json:"select,omitempty" jsonschema:"ruff rule codes or prefixes to enable, such as F or E501 (default: ALL)"`
+	Ignore []string `json:"ignore,omitempty" jsonschema:"ruff rule codes or prefixes to disable (default: COM812, CPY, D100, D203, D213, FBT, RUF029)"`
+}
+
+// LintOutput is lint_python's structured result.
+type LintOutput struct {
+	Diagnostics []api.Diagnostic `json:"diagnostics" jsonschema:"ruff's findings, in source order"`
+}
+
+// FormatInput is the arguments of format_python.
+type FormatInput struct {
+	Code string `json:"code" jsonschema:"the Python source to format"`
+}
+
+// FormatOutput is format_python's structured result.
+type FormatOutput struct {
+	Code    string `json:"code" jsonschema:"the formatted source"`
+	Changed bool   `json:"changed" jsonschema:"the formatter changed the source"`
+}
+
+func (s *Server) addTools() error {
+	runSchema, err := inputSchema[RunInput]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", RunTool, err)
+	}
+	lintSchema, err := inputSchema[LintInput]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", LintTool, err)
+	}
+	formatSchema, err := inputSchema[FormatInput]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", FormatTool, err)
+	}
+	runSchema.Properties["code"].MinLength = jsonschema.Ptr(1)
+	timeout := runSchema.Properties["timeout_seconds"]
+	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
+	timeout.Maximum = jsonschema.Ptr(float64(s.maxima().TimeoutMs) / 1000)
+
+	no := false
+	sdk.AddTool(s.mcp, &sdk.Tool{
+		Name:        RunTool,
+		Title:       "Run Python in a jail",
+		Description: s.runDescription(),
+		InputSchema: runSchema,
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.run)
+	sdk.AddTool(s.mcp, &sdk.Tool{
+		Name:        LintTool,
+		Title:       "Lint Python with ruff",
+		Description: lintDescription,
+		InputSchema: lintSchema,
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.lint)
+	sdk.AddTool(s.mcp, &sdk.Tool{
+		Name:        FormatTool,
+		Title:       "Format Python with ruff",
+		Description: formatDescription,
+		InputSchema: formatSchema,
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.format)
+	return nil
+}
+
+// inputSchema is the schema inferred from T, with its optional
+// properties' types plain ("array", not ["null", "array"]): absent is how
+// an argument is left out, and some clients pass schemas on to models that
+// accept only one type.
+func inputSchema[T any]() (*jsonschema.Schema, error) {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		return nil, err
+	}
+	for name, p := range s.Properties {
+		if len(p.Types) == 2 && p.Types[0] == "null" && !slices.Contains(s.Required, name) {
+			p.Type, p.Types = p.Types[1], nil
+		}
+	}
+	return s, nil
+}
+
+// maxima are the most this caller may ask for, as the daemon sees it.
+func (s *Server) maxima() api.LimitValues {
+	if s.info.Caller.Admin {
+		return s.info.AdminMaxima
+	}
+	return s.info.Maxima
+}
+
+func (s *Server) runDescription() string {
+	rootfs := s.info.Rootfs
+	pkgs := make([]string, 0, len(rootfs.PythonPackages))
+	for _, name := range slices.Sorted(maps.Keys(rootfs.PythonPackages)) {
+		pkgs = append(pkgs, name+" "+rootfs.PythonPackages[name])
+	}
+	d, m := s.info.Defaults, s.maxima()
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run a Python program in a fresh, isolated sandbox (a jail) and get back its stdout, stderr and exit status, the exception if one was raised, matplotlib figures as PNG images, and the files you ask for.\n\n")
+	fmt.Fprintf(&b, "- Python %s with the standard library and these packages (nothing else can be installed): %s.\n", rootfs.PythonVersion, strings.Join(pkgs, ", "))
+	fmt.Fprintf(&b, "- Each call starts from a clean state: no variables, imports or files survive from an earlier call, so send all the code and files a task needs in one call.\n")
+	fmt.Fprintf(&b, "- There is no network access.\n")
+	fmt.Fprintf(&b, "- Only what the program prints is shown: print() what you want to see. Figures shown with plt.show() or still open at the end come back as images.\n")
+	fmt.Fprintf(&b, "- The program runs as main.py in /workspace, its current directory. `files` are written there first; `return_files` are sent back afterwards.\n")
+	fmt.Fprintf(&b, "- Limits of each call: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.\n",
+		seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes))
+	fmt.Fprintf(&b, "- A run that fails (an exception, a non-zero exit, the time or memory limit) is a result with isError set, its message, the exception and stderr: fix the code and call again.")
+	return b.String()
+}
+
+const lintDescription = `Lint Python code with ruff, without running it, and return its findings: rule code, message, line and column, whether ruff has a safe fix, and a link to the rule's documentation.
+All rules are on by default except a few stylistic ones; select and ignore take ruff rule codes or prefixes (such as F, E501, D) and each replaces its default. A syntax error is a finding with the code invalid-syntax. No findings means the code is clean.`
+
+const formatDescription = `Format Python code with ruff's formatter (the Black style), without running it, and return the formatted code. Code that cannot be parsed is an error that says where.`
+
+// seconds renders a millisecond limit for a model: "10 s", "1.5 s".
+func seconds(ms int64) string {
+	return fmt.Sprintf("%g s", (time.Duration(ms) * time.Millisecond).Seconds())
+}
+
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func (s *Server) run(ctx context.Context, _ *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
+	req, err := executeRequest(in)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := s.client.Execute(ctx, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jaild did not run the code: %w", err)
+	}
+	return runResult(resp)
+}
+
+// executeRequest maps run_python's arguments to the daemon's request. The
+// daemon validates everything else, with messages that name the fields,
+// which run_python shares with the API (files[i].path, return_files).
+func executeRequest(in RunInput) (*api.ExecuteRequest, error) {
+	req := &api.ExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles}
+	if in.Stdin != "" {
+		req.Stdin = &in.Stdin
+	}
+	for _, f := range in.Files {
+		req.Files = append(req.Files, api.FileIn{Path: f.Path, ContentB64: f.ContentB64})
+	}
+	if in.TimeoutSeconds != 0 {
+		// The bound keeps the conversion exact; the daemon's maximum is
+		// far lower and it names it.
+		if !(in.TimeoutSeconds > 0) || in.TimeoutSeconds > math.MaxInt32 {
+			return nil, fmt.Errorf("timeout_seconds: want a positive number of seconds, not %g", in.TimeoutSeconds)
+		}
+		ms := int64(math.Ceil(in.TimeoutSeconds * 1000))
+		req.Limits = &api.Limits{TimeoutMs: &ms}
+	}
+	return req, nil
+}
+
+func (s *Server) lint(ctx context.Context, _ *sdk.CallToolRequest, in LintInput) (*sdk.CallToolResult, *LintOutput, error) {
+	resp, err := s.client.Lint(ctx, &api.LintRequest{Code: in.Code, Select: in.Select, Ignore: in.Ignore})
+	if err != nil {
+		return nil, nil, fmt.Errorf("jaild did not lint the code: %w", err)
+	}
+	out := &LintOutput{Diagnostics: resp.Diagnostics}
+	if out.Diagnostics == nil {
+		out.Diagnostics = []api.Diagnostic{}
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: lintText(out.Diagnostics)}}}, out, nil
+}
+
+func (s *Server) format(ctx context.Context, _ *sdk.CallToolRequest, in FormatInput) (*sdk.CallToolResult, *FormatOutput, error) {
+	resp, err := s.client.Format(ctx, &api.FormatRequest{Code: in.Code})
+	if err != nil {
+		return nil, nil, fmt.Errorf("jaild did not format the code: %w", err)
+	}
+	out := &FormatOutput{Code: resp.Code, Changed: resp.Changed}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: resp.Code}}}, out, nil
+}
