@@ -21,10 +21,10 @@ PREFIX       ?= /usr/local
 # Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
 APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl
 
-.PHONY: help deps build rootfs groups test test-unit vet fuzz run install bench bench-engine clean
+.PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance bench bench-engine clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 deps: ## install host packages (root; Debian/Ubuntu)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
@@ -43,11 +43,12 @@ vet: ## gofmt and go vet
 	$(GO) vet $(BUILDFLAGS) ./...
 
 test-unit: ## tests that need neither root nor the rootfs
-	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./cmd/jailctl/
+	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./internal/mcp/ ./cmd/jailctl/
 
 test: deps rootfs vet ## all tests, real jails included (root), then every fuzz target briefly
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
+	$(MAKE) --no-print-directory mcp-conformance
 	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 fuzz: ## run every fuzz target briefly (FUZZTIME=10s)
@@ -77,6 +78,9 @@ install: deps rootfs build groups ## install binaries, the rootfs, the seccomp p
 	install -D -m 0644 systemd/jaild.sysusers $(DESTDIR)/usr/lib/sysusers.d/jaild.conf
 	install -D -m 0644 systemd/jaild.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/jaild.conf
 	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; echo "now: systemctl enable --now jaild.socket"; fi
+
+mcp-conformance: rootfs build ## the official MCP conformance suite against jailctl mcp --http (root; npm)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) bash tests/conformance/run.sh
 
 bench: deps rootfs build ## benchmark jaild against bare python3; prints the table (root)
 	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -json bench.json

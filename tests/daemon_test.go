@@ -207,3 +207,26 @@ func TestRestartSweepsCrashLeftovers(t *testing.T) {
 		t.Errorf("after restart: HTTP %d %+v", status, r)
 	}
 }
+
+// With a warm pool, requests that fit are served by jails started ahead of
+// them (visible in /v1/info), and they behave like cold ones.
+func TestWarmPoolDaemon(t *testing.T) {
+	d, err := startDaemonPool("", "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	ready := func() bool {
+		var info api.Info
+		d.call(t, "GET", "/v1/info", nil, &info)
+		return info.Pool.Size == 1 && info.Pool.Ready == 1 && len(info.Pool.Preimport) > 0
+	}
+	for i := range 3 {
+		waitFor(t, 60*time.Second, "a warm jail", ready)
+		var r api.ExecuteResponse
+		d.call(t, "POST", "/v1/execute", `{"code":"import sys\nprint('pandas' in sys.modules)\nraise ValueError('x')"}`, &r)
+		if r.Status != "error" || r.Stdout != "True\n" || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != 3 {
+			t.Errorf("warm run %d: %+v", i, r)
+		}
+	}
+}

@@ -89,12 +89,15 @@ burst = 1000
 daily_quota = 3
 `
 
-func writeConfig(dir, extra string) (string, error) {
+func writeConfig(dir, extra string) (string, error) { return writeConfigPool(dir, extra, 0) }
+
+func writeConfigPool(dir, extra string, pool int) (string, error) {
 	// extra holds top-level keys, so it goes before baseConfig's sections.
 	// Daemons running at once must not share a cgroup name: each one's
 	// start-up sweep would take the others' jails for leftovers.
 	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\n",
-		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig
+		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig +
+		fmt.Sprintf("[pool]\nsize = %d\n", pool)
 	p := filepath.Join(dir, "jaild.toml")
 	return p, os.WriteFile(p, []byte(cfg), 0o644)
 }
@@ -104,6 +107,12 @@ func writeConfig(dir, extra string) (string, error) {
 // systemd-socket-activate on that socket instead: jaild then starts on the
 // first connection.
 func startDaemon(activator string, extra string) (*daemon, error) {
+	return startDaemonPool(activator, extra, 0)
+}
+
+// startDaemonPool is startDaemon with a warm pool of pool jails (the other
+// test daemons have none, so that their jails are exactly their runs').
+func startDaemonPool(activator string, extra string, pool int) (*daemon, error) {
 	dir, err := os.MkdirTemp("", "jd")
 	if err != nil {
 		return nil, err
@@ -111,7 +120,7 @@ func startDaemon(activator string, extra string) (*daemon, error) {
 	if err := os.Chmod(dir, 0o755); err != nil { // unprivileged test callers reach the socket
 		return nil, err
 	}
-	cfgPath, err := writeConfig(dir, extra)
+	cfgPath, err := writeConfigPool(dir, extra, pool)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/jaild/jaild/internal/mcp"
 	"github.com/jaild/jaild/internal/version"
@@ -27,22 +28,28 @@ func runMCP(e *env, args []string) int {
 	if *allowRemote && *addr == "" {
 		return e.usageError("mcp: --allow-remote needs --http")
 	}
+	// The address is checked before the daemon is asked anything.
+	var l net.Listener
+	if *addr != "" {
+		var err error
+		l, err = mcp.Listen(*addr, *allowRemote)
+		if errors.Is(err, mcp.ErrNotLoopback) {
+			return e.usageError("mcp: --http %v; pass --allow-remote to listen there anyway", err)
+		}
+		if err != nil {
+			return e.errorf("mcp: --http: %v", err)
+		}
+		defer l.Close()
+	}
 	srv, err := mcp.New(e.ctx, e.client(*socket), version.Version)
 	if err != nil {
 		return e.daemonError(err)
 	}
-	if *addr == "" {
+	if l == nil {
 		if err := srv.ServeStdio(e.ctx, e.stdin, e.stdout); err != nil && e.ctx.Err() == nil {
 			return e.errorf("mcp: %v", err)
 		}
 		return exitOK
-	}
-	l, err := mcp.Listen(*addr, *allowRemote)
-	if errors.Is(err, mcp.ErrNotLoopback) {
-		return e.usageError("mcp: --http %v; pass --allow-remote to listen there anyway", err)
-	}
-	if err != nil {
-		return e.errorf("mcp: --http: %v", err)
 	}
 	if *allowRemote {
 		fmt.Fprintf(e.stderr, "jailctl mcp: warning: no authentication: whoever reaches %s runs code as you\n", l.Addr())

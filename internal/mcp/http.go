@@ -54,11 +54,13 @@ func isLoopback(host string) bool {
 // Handler returns the Streamable HTTP endpoint at Path; other paths are
 // 404. Sessions are stateful (Mcp-Session-Id). The SDK refuses a request
 // that reached a loopback address with a Host header that is not a
-// loopback name (DNS rebinding), and a browser's cross-origin request is
-// refused as well; both with 403.
+// loopback name (DNS rebinding), and a browser's cross-origin POST or
+// DELETE is refused as well; both with 403. A request whose connection
+// drops cancels its call, and so the run in the daemon, where the
+// protocol version ties calls to requests (2026-07-28 and later).
 func (s *Server) Handler() http.Handler {
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
-		&sdk.StreamableHTTPOptions{MaxRequestBodyBytes: maxMessageBytes})
+		&sdk.StreamableHTTPOptions{MaxRequestBodyBytes: maxMessageBytes, PropagateRequestCancellation: true})
 	mux := http.NewServeMux()
 	mux.Handle(Path, http.NewCrossOriginProtection().Handler(h))
 	return mux

@@ -12,7 +12,6 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -61,11 +60,7 @@ func New(ctx context.Context, c *client.Client, version string) (*Server, error)
 // and written to w, until r ends (nil) or ctx is done (ctx's error).
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
 	t := &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}, MaxLineLength: maxMessageBytes}
-	err := s.mcp.Run(ctx, t)
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
+	return s.mcp.Run(ctx, t)
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// TestMCPStdioWiring serves MCP on run's stdin and stdout, as a client
+// that keeps stdin open until it has its answers, then closes it.
+func TestMCPStdioWiring(t *testing.T) {
+	info, _ := json.Marshal(api.Info{Rootfs: api.RootfsInfo{PythonVersion: "3.13.5"}, Maxima: api.LimitValues{TimeoutMs: 60000}})
+	d := newFakeDaemon(t, map[string]reply{"GET /v1/info": {body: string(info)}})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"--socket", d.sock, "mcp"}, inR, outW, &stderr)
+		outW.Close()
+	}()
+	go io.WriteString(inW, strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	}, "\n")+"\n")
+
+	var tools []string
+	sc := bufio.NewScanner(outR)
+	for sc.Scan() {
+		var msg struct {
+			ID     int `json:"id"`
+			Result struct {
+				Tools []struct{ Name string } `json:"tools"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &msg); err != nil {
+			t.Fatalf("stdout line %q: %v", sc.Text(), err)
+		}
+		for _, tool := range msg.Result.Tools {
+			tools = append(tools, tool.Name)
+		}
+		if msg.ID == 2 {
+			break
+		}
+	}
+	if strings.Join(tools, ",") != "format_python,lint_python,run_python" {
+		t.Errorf("tools/list answered %v", tools)
+	}
+	inW.Close()
+	go io.Copy(io.Discard, outR)
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d after stdin closed, want 0: %s", code, stderr.String())
+	}
+}
+
+func TestMCPUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mcp", "--allow-remote"}, "--allow-remote needs --http"},
+		// The address is refused before the (absent) daemon is asked.
+		{[]string{"mcp", "--http", "0.0.0.0:0"}, "not a loopback address; pass --allow-remote"},
+		{[]string{"mcp", "--http", "8080"}, "want HOST:PORT"},
+		{[]string{"mcp", "extra"}, `unexpected argument "extra"`},
+	} {
+		r := jailctl(t, "/nonexistent/jaild.sock", "", tc.args...)
+		if r.code != exitError || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	r := jailctl(t, "/nonexistent/jaild.sock", "", "mcp")
+	if r.code != exitError || !strings.Contains(r.stderr, "cannot connect to jaild at /nonexistent/jaild.sock") {
+		t.Errorf("no daemon: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
