@@ -32,7 +32,7 @@ deps: ## install host packages (root; Debian/Ubuntu)
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-build: ## build bin/jaild and bin/jailctl
+build: ## build bin/jaild, bin/jailctl and bin/jailbench
 	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
