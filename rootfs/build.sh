@@ -180,6 +180,19 @@ set_current() {
   mv -T "$cache_dir/.current.tmp" "$cache_dir/current"
 }
 
+# Remove images of older recipes (~270 MB each). A daemon still using one
+# keeps its loop-mounted file until it stops; `current` names the new one.
+prune_old() {
+  local cache_dir=$1 keep=$2 d name
+  for d in "$cache_dir"/*; do
+    name=${d##*/}
+    if [[ -d $d && ! -L $d && $name =~ ^[0-9a-f]{64}$ && $name != "$keep" ]]; then
+      log "removing the image of an older recipe: $d"
+      rm -rf --one-file-system "$d"
+    fi
+  done
+}
+
 main() {
   local cache_dir=/var/cache/jaild/rootfs
   while (($#)); do
@@ -226,6 +239,7 @@ main() {
   fi
   mv -T "$work/out" "$final"
   set_current "$cache_dir" "$digest"
+  prune_old "$cache_dir" "$digest"
   log "built $final in ${SECONDS}s"
   echo "$final"
 }
