@@ -286,7 +286,13 @@ func (e *Engine) cgroupParents() []string {
 	mounts, _ := cgroups.GetCgroupMounts(false)
 	for _, m := range mounts {
 		for _, ss := range m.Subsystems {
-			if p, err := cgroups.GetOwnCgroupPath(ss); err == nil {
+			// Named hierarchies (name=systemd) are listed without their
+			// prefix, but looked up with it.
+			p, err := cgroups.GetOwnCgroupPath(ss)
+			if err != nil {
+				p, err = cgroups.GetOwnCgroupPath(cgroups.CgroupNamePrefix + ss)
+			}
+			if err == nil {
 				parents = append(parents, filepath.Join(p, e.cfg.CgroupName))
 				break
 			}

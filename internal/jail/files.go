@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +21,7 @@ const (
 	MaxReturnTotalBytes = 64 << 20
 	maxWalkEntries      = 20000
 	maxWalkDepth        = 64
+	collectTimeout      = 5 * time.Second
 	MaxFigures          = 16
 	MaxFigureBytes      = 8 << 20
 )
@@ -59,26 +61,33 @@ func ValidatePattern(p string) error {
 
 // matchGlob reports whether the slash-separated name matches pattern, where
 // each component is a path.Match pattern and "**" matches any number of
-// components (zero included).
+// components (zero included). It runs in O(len(pattern) × len(name)): the
+// naive backtracking is exponential in the number of "**", and patterns
+// come from callers.
 func matchGlob(pattern, name []string) bool {
-	for len(pattern) > 0 {
-		if pattern[0] == "**" {
-			for i := 0; i <= len(name); i++ {
-				if matchGlob(pattern[1:], name[i:]) {
-					return true
+	// can[j] reports whether pattern[i:] matches name[j:], for the current
+	// i, computed from the last pattern component backwards.
+	can := make([]bool, len(name)+1)
+	can[len(name)] = true
+	for i := len(pattern) - 1; i >= 0; i-- {
+		next := make([]bool, len(name)+1)
+		if pattern[i] == "**" {
+			// ** matches name[j:k] for any k >= j: true if any suffix matches.
+			any := false
+			for j := len(name); j >= 0; j-- {
+				any = any || can[j]
+				next[j] = any
+			}
+		} else {
+			for j := 0; j < len(name); j++ {
+				if can[j+1] {
+					next[j], _ = path.Match(pattern[i], name[j])
 				}
 			}
-			return false
 		}
-		if len(name) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pattern[0], name[0]); !ok {
-			return false
-		}
-		pattern, name = pattern[1:], name[1:]
+		can = next
 	}
-	return len(name) == 0
+	return can[0]
 }
 
 func isLiteral(p string) bool { return !strings.ContainsAny(p, "*?[\\") }
@@ -158,7 +167,7 @@ func collectFiles(root string, patterns []string) ([]OutFile, error) {
 		split[i] = strings.Split(p, "/")
 	}
 	matched := make([]bool, len(patterns))
-	c := collector{rootFd: rootFd}
+	c := collector{rootFd: rootFd, deadline: time.Now().Add(collectTimeout)}
 	var visit func(dirRel string, depth int) error
 	visit = func(dirRel string, depth int) error {
 		dfd, err := openBeneath(rootFd, orDot(dirRel), unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -168,6 +177,10 @@ func collectFiles(root string, patterns []string) ([]OutFile, error) {
 		dir := os.NewFile(uintptr(dfd), dirRel)
 		defer dir.Close()
 		for {
+			if time.Now().After(c.deadline) {
+				c.incomplete = true
+				return nil
+			}
 			ents, err := dir.ReadDir(256)
 			sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 			for _, ent := range ents {
@@ -190,8 +203,8 @@ func collectFiles(root string, patterns []string) ([]OutFile, error) {
 						if err := visit(rel, depth+1); err != nil {
 							return err
 						}
-					} else if hit {
-						c.skip(rel, 0, "directory too deep")
+					} else {
+						c.skip(rel, 0, fmt.Sprintf("directory not searched: deeper than %d levels", maxWalkDepth))
 					}
 				case hit:
 					c.take(rel, typ)
@@ -214,7 +227,7 @@ func collectFiles(root string, patterns []string) ([]OutFile, error) {
 		}
 	}
 	if c.incomplete {
-		c.skip(".", 0, fmt.Sprintf("workspace has more than %d entries; the rest was not searched", maxWalkEntries))
+		c.skip(".", 0, fmt.Sprintf("workspace has more than %d entries, or searching it took longer than %v; the rest was not searched", maxWalkEntries, collectTimeout))
 	}
 	return c.out, nil
 }
@@ -228,6 +241,7 @@ func orDot(p string) string {
 
 type collector struct {
 	rootFd     int
+	deadline   time.Time
 	out        []OutFile
 	returned   int
 	total      int64

@@ -20,6 +20,7 @@ var (
 		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 		"/proc/scsi", "/proc/kallsyms", "/proc/kmsg", "/proc/sysrq-trigger",
+		"/proc/sys/kernel/random/boot_id", // identifies the host's boot
 		"/sys/firmware", "/sys/devices/virtual/powercap", "/sys/class/dmi", "/sys/devices/virtual/dmi",
 	}
 	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}

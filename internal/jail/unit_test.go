@@ -47,6 +47,15 @@ func TestMatchGlob(t *testing.T) {
 			t.Errorf("matchGlob(%q, %q) = %v, want %v", c.pattern, c.name, got, c.want)
 		}
 	}
+	// 31 "**" against a 12-deep name: exponential with backtracking.
+	start := time.Now()
+	deep := strings.Split(strings.Repeat("d/", 12)+"f", "/")
+	if matchGlob(strings.Split(strings.Repeat("**/", 31)+"nomatch", "/"), deep) || !matchGlob(strings.Split(strings.Repeat("**/", 31)+"f", "/"), deep) {
+		t.Error("many ** matched wrongly")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("matching many ** took %v", d)
+	}
 	if err := ValidatePattern("a/[x"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("ValidatePattern(bad glob) = %v, want ErrInvalid", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
@@ -232,8 +233,14 @@ func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
 		}
 	}
 	for _, f := range res.Files {
-		fo := api.FileOut{Path: strings.ToValidUTF8(f.Path, "\uFFFD"), SizeBytes: f.Size, Error: f.Error}
-		if f.Error == "" {
+		fo := api.FileOut{Path: f.Path, SizeBytes: f.Size, Error: f.Error}
+		if !utf8.ValidString(f.Path) {
+			// JSON carries only valid UTF-8, and replacing bytes could give
+			// two files one name: report such a file, never return it.
+			fo.Path = strings.ToValidUTF8(f.Path, "\uFFFD")
+			fo.Error = "file name is not valid UTF-8 (shown with U+FFFD); not returned"
+		}
+		if fo.Error == "" {
 			fo.ContentB64 = base64.StdEncoding.EncodeToString(f.Data)
 		}
 		out.Files = append(out.Files, fo)

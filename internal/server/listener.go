@@ -16,23 +16,58 @@ type Listener struct {
 	net.Listener
 	srv   *Server
 	slots chan struct{}
+
+	mu    sync.Mutex
+	perID map[uint32]int // open connections per non-admin uid
 }
 
+// MaxConnsPerUID bounds the open connections of one non-admin uid, so that
+// one caller cannot hold every connection slot.
+const MaxConnsPerUID = 64
+
 // Listen wraps ln; at most maxConns connections are open at once (Accept
-// waits for one to close beyond that).
+// waits for one to close beyond that), and at most MaxConnsPerUID per
+// non-admin uid (beyond that a new connection is closed at once).
 func (s *Server) Listen(ln net.Listener, maxConns int) *Listener {
-	return &Listener{Listener: ln, srv: s, slots: make(chan struct{}, maxConns)}
+	return &Listener{Listener: ln, srv: s, slots: make(chan struct{}, maxConns), perID: map[uint32]int{}}
 }
 
 // Accept returns the next connection, with its caller identified.
 func (l *Listener) Accept() (net.Conn, error) {
-	l.slots <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
+	for {
+		l.slots <- struct{}{}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.slots
+			return nil, err
+		}
+		who := l.srv.peer(c)
+		if !who.Admin {
+			l.mu.Lock()
+			over := l.perID[who.UID] >= MaxConnsPerUID
+			if !over {
+				l.perID[who.UID]++
+			}
+			l.mu.Unlock()
+			if over {
+				l.srv.log.Warn("connection refused: too many open connections for this uid", "uid", who.UID, "max", MaxConnsPerUID)
+				c.Close()
+				<-l.slots
+				continue
+			}
+		}
+		release := func() {
+			if !who.Admin {
+				l.mu.Lock()
+				if l.perID[who.UID]--; l.perID[who.UID] == 0 {
+					delete(l.perID, who.UID)
+				}
+				l.mu.Unlock()
+			}
+			<-l.slots
+		}
+		return &peerConn{Conn: c, caller: who, release: release}, nil
 	}
-	return &peerConn{Conn: c, caller: l.srv.peer(c), release: func() { <-l.slots }}, nil
 }
 
 type peerConn struct {
