@@ -21,7 +21,7 @@ PREFIX       ?= /usr/local
 # Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
 APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl
 
-.PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance bench bench-engine clean
+.PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -81,6 +81,12 @@ install: deps rootfs build groups ## install binaries, the rootfs, the seccomp p
 
 mcp-conformance: rootfs build ## the official MCP conformance suite against jailctl mcp --http (root; npm)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) bash tests/conformance/run.sh
+
+soak: deps rootfs ## the full soak: 10,000 mixed runs at concurrency 16 against one daemon (root; ~11 min)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) JAILD_SOAK_RUNS=$(or $(SOAK_RUNS),10000) $(GO) test $(BUILDFLAGS) -count=1 -timeout 3h -run '^TestSoak$$' -v ./tests/
+
+security-report: deps rootfs ## rerun the hostile-input suite and rewrite docs/SECURITY.md's table (root)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) JAILD_SECURITY_UPDATE=1 JAILD_HOSTILE_OPEN=1 $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m -run '^(TestHostile|TestSecurityDocCoversSuite)$$' ./tests/
 
 bench: deps rootfs build ## benchmark jaild against bare python3; prints the table (root)
 	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -json bench.json

@@ -127,7 +127,7 @@ func (pl *pool) loop() {
 		}
 		if !pressure && need > 0 {
 			b, err := pl.e.create(pl.cfg.Limits, nil, nil, nil, pl.cfg.Preimport)
-			if err == nil {
+			if err == nil && len(pl.cfg.Preimport) > 0 { // the runner says ready after importing
 				if err = awaitReady(b); err != nil {
 					pl.e.destroy(b)
 				}

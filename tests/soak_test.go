@@ -1,0 +1,251 @@
+package tests
+
+// The soak: many mixed benign and hostile requests at once against one
+// daemon, asserting that it never crashes, never loses or garbles a
+// response, and that its fds and RSS stay flat. CI runs 1000 requests at
+// concurrency 16 as part of `go test ./tests/`; the full soak is
+//
+//	JAILD_SOAK_RUNS=10000 go test -tags seccomp -run TestSoak -timeout 3h ./tests/
+//
+// (JAILD_SOAK_CONCURRENCY changes the concurrency.)
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// soakKind is one kind of request of the soak's mix, with the exact answer
+// it must get.
+type soakKind struct {
+	name   string
+	path   string
+	body   map[string]any
+	status int
+	check  func(raw []byte) error
+}
+
+func execOK(status string, check func(r *api.ExecuteResponse) bool) func([]byte) error {
+	return func(raw []byte) error {
+		var r api.ExecuteResponse
+		if err := strictJSON(raw, &r); err != nil {
+			return err
+		}
+		if r.Status != status || (check != nil && !check(&r)) {
+			return fmt.Errorf("status %q exit %v signal %v stdout %.200q stderr %.200q", r.Status, deref(r.ExitCode), deref(r.Signal), r.Stdout, r.Stderr)
+		}
+		return nil
+	}
+}
+
+func soakMix() []soakKind {
+	b64 := base64.StdEncoding.EncodeToString
+	out := func(want string) func(r *api.ExecuteResponse) bool {
+		return func(r *api.ExecuteResponse) bool { return r.Stdout == want }
+	}
+	return []soakKind{
+		{name: "print", path: "/v1/execute", body: map[string]any{"code": "print(1)"}, status: 200, check: execOK("ok", out("1\n"))},
+		{name: "numpy", path: "/v1/execute", body: map[string]any{"code": "import numpy as np\nprint(int(np.arange(10).sum()))"}, status: 200, check: execOK("ok", out("45\n"))},
+		{name: "files", path: "/v1/execute", status: 200,
+			body: map[string]any{"code": "import os\nos.makedirs('out')\nopen('out/b.txt', 'w').write(open('in/a.txt').read().upper())",
+				"files": []map[string]string{{"path": "in/a.txt", "content_b64": b64([]byte("hello"))}}, "return_files": []string{"out/*"}},
+			check: execOK("ok", func(r *api.ExecuteResponse) bool {
+				return len(r.Files) == 1 && r.Files[0].ContentB64 == b64([]byte("HELLO"))
+			})},
+		{name: "interactive", path: "/v1/execute", body: map[string]any{"code": "x = 20\nx + 22", "last_line_interactive": true}, status: 200,
+			check: execOK("ok", func(r *api.ExecuteResponse) bool { return r.Result != nil && *r.Result == "42" })},
+		{name: "stdin", path: "/v1/execute", body: map[string]any{"code": "import sys\nprint(len(sys.stdin.read()))", "stdin": strings.Repeat("s", 5000)}, status: 200,
+			check: execOK("ok", out("5000\n"))},
+		{name: "exception", path: "/v1/execute", body: map[string]any{"code": "x = 1\nraise ValueError('soak')"}, status: 200,
+			check: execOK("error", func(r *api.ExecuteResponse) bool {
+				return r.Error != nil && r.Error.Type == "ValueError" && deref(r.Error.Line) == 2
+			})},
+		{name: "lint", path: "/v1/lint", body: map[string]any{"code": "import os\n"}, status: 200, check: func(raw []byte) error {
+			var lr api.LintResponse
+			if err := strictJSON(raw, &lr); err != nil {
+				return err
+			}
+			if len(lr.Diagnostics) == 0 || lr.Diagnostics[0].Code != "F401" {
+				return fmt.Errorf("diagnostics %+v", lr.Diagnostics)
+			}
+			return nil
+		}},
+		{name: "format", path: "/v1/format", body: map[string]any{"code": "x = {  'a':1 }\n"}, status: 200, check: func(raw []byte) error {
+			var fr api.FormatResponse
+			if err := strictJSON(raw, &fr); err != nil {
+				return err
+			}
+			if fr.Code != "x = {\"a\": 1}\n" {
+				return fmt.Errorf("formatted %q", fr.Code)
+			}
+			return nil
+		}},
+		{name: "forkbomb", path: "/v1/execute", body: map[string]any{"code": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", "limits": map[string]any{"timeout_ms": 1000, "pids": 16}},
+			status: 200, check: execOK("timeout", nil)},
+		{name: "memory", path: "/v1/execute", body: map[string]any{"code": "x = []\nwhile True: x.append(bytearray(16 << 20))", "limits": map[string]any{"memory_mb": 64}},
+			status: 200, check: execOK("memory_limit", func(r *api.ExecuteResponse) bool { return r.OOMKilled })},
+		{name: "output", path: "/v1/execute", body: map[string]any{"code": "while True: print('y' * 1000)", "limits": map[string]any{"output_bytes": 10000}},
+			status: 200, check: execOK("output_limit", func(r *api.ExecuteResponse) bool { return len(r.Stdout) == 10000 })},
+		{name: "sleep", path: "/v1/execute", body: map[string]any{"code": "import time\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 500}},
+			status: 200, check: execOK("timeout", nil)},
+		{name: "syscall", path: "/v1/execute", body: map[string]any{"code": "import ctypes\nL = ctypes.CDLL(None, use_errno=True)\nprint(L.syscall(425, 1, None), ctypes.get_errno())"},
+			status: 200, check: execOK("ok", out("-1 1\n"))},
+		{name: "symlink", path: "/v1/execute", body: map[string]any{"code": "import os\nos.symlink('/etc/shadow', 's')", "return_files": []string{"s"}},
+			status: 200, check: execOK("ok", func(r *api.ExecuteResponse) bool {
+				return len(r.Files) == 1 && r.Files[0].ContentB64 == "" && strings.Contains(r.Files[0].Error, "symlink")
+			})},
+		{name: "killall", path: "/v1/execute", body: map[string]any{"code": "import os, signal, time\nc = os.fork()\nif c == 0:\n    time.sleep(60)\nos.kill(-1, signal.SIGKILL)\nprint(os.waitpid(c, 0)[1])"},
+			status: 200, check: execOK("ok", out("9\n"))},
+		{name: "daemonize", path: "/v1/execute", body: map[string]any{"code": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: time.sleep(3600)\n    os._exit(0)\nprint('done')"},
+			status: 200, check: execOK("ok", out("done\n"))},
+		{name: "fds", path: "/v1/execute", body: map[string]any{"code": "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError as e: print(e.errno)"},
+			status: 200, check: execOK("ok", out("24\n"))},
+		{name: "spin", path: "/v1/execute", body: map[string]any{"code": "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass", "limits": map[string]any{"timeout_ms": 1000}},
+			status: 200, check: execOK("timeout", nil)},
+		{name: "shm", path: "/v1/execute", status: 200, body: map[string]any{"code": "import ctypes\nL = ctypes.CDLL(None)\nL.shmat.restype = ctypes.c_void_p\n" +
+			"a = L.shmat(L.shmget(7, 8 << 20, 0o1600), None, 0)\nctypes.memset(a, 1, 8 << 20)\nopen('/dev/shm/x', 'wb').write(b'1' * (8 << 20))\nprint('left')"},
+			check: execOK("ok", out("left\n"))},
+		{name: "records", path: "/v1/execute", body: map[string]any{"code": "import os\nos.write(4, b'{\"type\": \"exit\", \"signal\": 9}\\n' + b'\\xff' * 70000 + b'\\n')\nprint('ok')"},
+			status: 200, check: execOK("ok", out("ok\n"))},
+		{name: "invalid", path: "/v1/execute", body: map[string]any{"code": "1", "files": []map[string]string{{"path": "../x", "content_b64": ""}}},
+			status: 400, check: func(raw []byte) error {
+				var e api.ErrorBody
+				if err := strictJSON(raw, &e); err != nil {
+					return err
+				}
+				if e.Error.Type != "invalid_argument" {
+					return fmt.Errorf("error %+v", e.Error)
+				}
+				return nil
+			}},
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func TestSoak(t *testing.T) {
+	runs := envInt("JAILD_SOAK_RUNS", 1000)
+	conc := envInt("JAILD_SOAK_CONCURRENCY", 16)
+	// Production settings (no GOMEMLIMIT) but for the queue, which holds
+	// every client, and the pool's pre-imports: refilling it with numpy,
+	// pandas and matplotlib would cost more CPU than the runs themselves
+	// (json is nearly free, and a pool with no pre-import never becomes
+	// ready: the runner only says "ready" after importing something).
+	d, err := startTunedDaemon("", 2, nil, func(cfg string) string {
+		return setKeys(cfg, map[string]string{"max_concurrent": "4", "queue_size": "64", "queue_wait": `"300s"`}) + "preimport = [\"json\"]\n"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	mix := soakMix()
+	client := burstClient(d)
+	h := &hostile{d: d}
+	if h.cg, err = cgroupsOf(d); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		failed   atomic.Int64
+		mu       sync.Mutex
+		failures []string
+	)
+	// phase sends requests [from, to) of the mix from conc clients.
+	phase := func(from, to int) {
+		next := atomic.Int64{}
+		next.Store(int64(from))
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= to {
+						return
+					}
+					k := mix[i%len(mix)]
+					if err := soakRequest(client, k); err != nil {
+						failed.Add(1)
+						mu.Lock()
+						if len(failures) < 20 {
+							failures = append(failures, fmt.Sprintf("request %d (%s): %v", i, k.name, err))
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		client.CloseIdleConnections()
+	}
+
+	// Warm-up: every kind of request three times (the daemon opens a few
+	// files once, on first use), then the baseline, with the daemon idle
+	// and its pool full.
+	warm := min(runs, 3*len(mix))
+	start := time.Now()
+	phase(0, warm)
+	h.waitPoolFull(t)
+	h.base = h.snapshot(t)
+	phase(warm, runs)
+	elapsed := time.Since(start)
+
+	if d.cmd.ProcessState != nil || h.d.cmd.Process.Signal(syscall.Signal(0)) != nil || strings.Contains(d.log.String(), "panic:") {
+		t.Fatalf("the daemon crashed:\n%s", d.log.String())
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d requests lost or wrong:\n%s", n, runs, strings.Join(failures, "\n"))
+	}
+	// Idle again: the leak checks of every hostile case, against the
+	// warm-up baseline (fds exactly; no jail, mount, cgroup, file, key or
+	// IPC object left; memory of dead jails freed), and a flat RSS.
+	h.waitPoolFull(t)
+	h.checkLeaks(t)
+	rss := vmRSS(d.cmd.Process.Pid)
+	if rss > h.base.rss+32<<20 {
+		t.Errorf("daemon RSS %d MiB after the soak, %d MiB after the warm-up", rss>>20, h.base.rss>>20)
+	}
+	if strings.Contains(d.log.String(), "too many open files") {
+		t.Errorf("EMFILE in the daemon's log")
+	}
+	t.Logf("%d requests at concurrency %d in %v (%.1f/s): %d lost or wrong; daemon RSS %d MiB (after the warm-up %d MiB), %d fds besides live jails'",
+		runs, conc, elapsed.Round(time.Second), float64(runs)/elapsed.Seconds(), failed.Load(), rss>>20, h.base.rss>>20, len(h.base.otherFds))
+}
+
+// soakRequest sends one request of the mix and checks its answer.
+func soakRequest(client *http.Client, k soakKind) error {
+	body, _ := json.Marshal(k.body)
+	resp, err := client.Post("http://jaild"+k.path, "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != k.status {
+		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, raw)
+	}
+	return k.check(raw)
+}
