@@ -14,9 +14,16 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
 )
 
 const testIDBase = 1_300_000_000
+
+// inJailRange reports whether a host id belongs to some jail of the test
+// daemons: each live jail has its own 65536 ids above testIDBase.
+func inJailRange(id uint64) bool {
+	return id >= testIDBase && id < testIDBase+config.HostIDSpan
+}
 
 // jailPids lists host processes in the test daemons' jail uid range.
 func jailPids() []int {
@@ -30,7 +37,7 @@ func jailPids() []int {
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.Atoi(f[1]); uid >= testIDBase && uid < testIDBase+65536 {
+				if uid, _ := strconv.ParseUint(f[1], 10, 32); inJailRange(uid) {
 					pids = append(pids, pid)
 				}
 			}

@@ -26,14 +26,19 @@ func checkPrivState(t *testing.T, r *api.ExecuteResponse) string {
 	got := outJSON(t, r)
 	obs := sameValues(t, got, []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}, "0000000000000000")
 	obs += "; " + sameValues(t, got, []string{"NoNewPrivs"}, "1") + "; " + sameValues(t, got, []string{"Seccomp"}, "2")
-	wantMap := fmt.Sprint([]any{"0", strconv.Itoa(testIDBase), "65536"})
-	if fmt.Sprint(got["uid_map"]) != wantMap || fmt.Sprint(got["gid_map"]) != wantMap {
-		t.Errorf("uid_map %v gid_map %v, want one non-root host range %v", got["uid_map"], got["gid_map"], wantMap)
+	m, _ := got["uid_map"].([]any)
+	var host uint64
+	if len(m) == 3 {
+		host, _ = strconv.ParseUint(fmt.Sprint(m[1]), 10, 32)
+	}
+	if len(m) != 3 || fmt.Sprint(m[0]) != "0" || fmt.Sprint(m[2]) != "65536" || !inJailRange(host) || (host-testIDBase)%65536 != 0 ||
+		fmt.Sprint(got["gid_map"]) != fmt.Sprint(got["uid_map"]) {
+		t.Errorf("uid_map %v gid_map %v, want the same one non-root range of 65536 host ids at %d+slot*65536", got["uid_map"], got["gid_map"], testIDBase)
 	}
 	if fmt.Sprint(got["ids"]) != "[1000 1000 1000 1000]" || strings.Contains(fmt.Sprint(got["groups"]), " 0") || fmt.Sprint(got["groups"]) == "[0]" {
 		t.Errorf("ids %v groups %v", got["ids"], got["groups"])
 	}
-	return obs + fmt.Sprintf("; uid/gid map %v; uid 1000, no group 0", got["uid_map"])
+	return obs + "; uid/gid map [0 host_id_base+slot*65536 65536]; uid 1000, no group 0"
 }
 
 // rlimitCode tries to raise every hard rlimit (to infinity and by one)

@@ -248,12 +248,6 @@ func TestHostile(t *testing.T) {
 	start := time.Now()
 	var rows []reportRow
 	for _, c := range cases {
-		// Known open holes (docs/SECURITY.md, Findings) fail until fixed;
-		// they run only when asked, and keep their committed FAIL rows.
-		if openHoles[c.id] && os.Getenv("JAILD_HOSTILE_OPEN") != "1" {
-			t.Logf("%s: known open hole, not run (JAILD_HOSTILE_OPEN=1 runs it)", c.id)
-			continue
-		}
 		row := reportRow{ID: c.id, Category: c.cat, Case: c.title, Expected: c.expect}
 		ran := false
 		ok := t.Run(c.id, func(t *testing.T) {
@@ -285,12 +279,6 @@ func TestHostile(t *testing.T) {
 	h.checkFlat(t, len(rows))
 	checkReport(t, rows, len(cases))
 }
-
-// openHoles are cases that still find a hole: cross-run channels through
-// the image shared by concurrent jails (D09 file locks, D10b dnotify) and
-// per-host-uid kernel limits shared by all jails (E26). Fixing them needs a
-// per-jail image superblock and per-jail host id ranges (issue 4 stays open).
-var openHoles = map[string]bool{"D09": true, "D10b": true, "E26": true}
 
 // startTunedDaemon starts jaild as startDaemonPool does, with the test
 // configuration rewritten by tune and env added to the daemon's

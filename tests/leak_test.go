@@ -391,7 +391,7 @@ func jailKeys() int {
 			continue
 		}
 		uid, err := strconv.ParseUint(strings.TrimSuffix(f[0], ":"), 10, 32)
-		if err != nil || uid < testIDBase || uid >= testIDBase+65536 {
+		if err != nil || !inJailRange(uid) {
 			continue
 		}
 		keys, _, _ := strings.Cut(f[2], "/")
@@ -518,7 +518,10 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			if err != nil || strings.HasPrefix(rel, "..") {
 				continue
 			}
+			// A live jail has its run directory (a tmpfs) and its root (an
+			// overlay) at run/runs/<id>/root.
 			id, isRun := strings.CutPrefix(rel, "run/runs/")
+			id, _, _ = strings.Cut(id, "/")
 			if rel != "run/rootfs" && !(isRun && live[id]) {
 				why = "host mount " + m.point + " (" + m.fstype + ") belongs to no live jail"
 				return false

@@ -94,6 +94,11 @@ type Audit struct {
 	Retention    Duration `toml:"retention"`
 }
 
+// HostIDSpan is how many host ids from host_id_base the jails use: 65536
+// for each of at most 1024 jails at once (jail.MaxJails, jail.IDsPerJail;
+// a test keeps the two packages in step).
+const HostIDSpan = 1024 * 65536
+
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
@@ -180,8 +185,8 @@ func (c *Config) Validate() error {
 	if m, err := strconv.ParseUint(c.SocketMode, 8, 32); err != nil || m > 0o777 {
 		bad("socket_mode", "must be an octal mode like \"0660\", got %q", c.SocketMode)
 	}
-	if c.HostIDBase == 0 || uint64(c.HostIDBase)+65536 > 1<<32-1 {
-		bad("host_id_base", "must be in 1..%d", uint64(1<<32-1-65536))
+	if c.HostIDBase == 0 || uint64(c.HostIDBase)+HostIDSpan > 1<<32-1 {
+		bad("host_id_base", "must be in 1..%d (jails use host ids base..base+%d)", uint64(1<<32-1-HostIDSpan), HostIDSpan-1)
 	}
 	if c.ShutdownGrace.Duration < 0 {
 		bad("shutdown_grace", "must not be negative")

@@ -34,9 +34,10 @@ type Config struct {
 	// that holds one cgroup per run (e.g. "jails"). Two engines must not
 	// share one.
 	CgroupName string
-	// HostIDBase is the first host uid/gid of the 65536 ids mapped into
-	// every jail (0 in the jail is HostIDBase on the host). It must be
-	// non-zero so that host root is never mapped.
+	// HostIDBase is the first host uid/gid of the jails' ids: each live
+	// jail has its own 65536 (0 in the jail is HostIDBase + slot*65536 on
+	// the host, slot < MaxJails). It must be non-zero so that host root is
+	// never mapped.
 	HostIDBase uint32
 	// Logger receives diagnostics (host paths and syscall details that
 	// callers never see). nil means slog.Default().
@@ -74,8 +75,8 @@ func (c *Config) Validate() error {
 	if c.CgroupName == "" || strings.ContainsAny(c.CgroupName, "/.") {
 		errs = append(errs, fmt.Errorf("jail config: CgroupName %q must be a plain name", c.CgroupName))
 	}
-	if c.HostIDBase == 0 || uint64(c.HostIDBase)+idMapSize > 1<<32-1 {
-		errs = append(errs, fmt.Errorf("jail config: HostIDBase %d must be in 1..%d", c.HostIDBase, uint64(1<<32-1-idMapSize)))
+	if c.HostIDBase == 0 || uint64(c.HostIDBase)+MaxJails*idMapSize > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("jail config: HostIDBase %d must be in 1..%d", c.HostIDBase, uint64(1<<32-1-MaxJails*idMapSize)))
 	}
 	return errors.Join(errs...)
 }
@@ -90,6 +91,7 @@ type Engine struct {
 	runsDir  string // one directory (a tmpfs mountpoint) per run
 	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
 	pool     *pool
+	slots    slots
 
 	mu        sync.Mutex
 	closed    bool

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"os"
+	"runtime"
 
 	// Device cgroup rules are applied only when this package is linked in.
 	_ "github.com/opencontainers/cgroups/devices"
@@ -19,3 +20,13 @@ func Init() {
 		libcontainer.Init()
 	}
 }
+
+// The main goroutine keeps the process's main thread to itself.
+// libcontainer joins a starting jail's mount namespace on a locked thread
+// and lets Go end that thread afterwards, but Go cannot end the main
+// thread (the thread group leader): it parks it instead. Had that
+// goroutine run on the main thread, the main thread would stay in the
+// jail's mount namespace for good, pinning the jail's mounts (its overlay
+// root, its workspace tmpfs) and making /proc/self, which shows the
+// leader's view, show the jail's mounts to the rest of the process.
+func init() { runtime.LockOSThread() }

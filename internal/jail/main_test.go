@@ -112,13 +112,23 @@ func jailProcesses(base uint32) []int {
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
-				if uid, _ := strconv.ParseUint(f[1], 10, 32); uid >= uint64(base) && uid < uint64(base)+idMapSize {
+				if uid, _ := strconv.ParseUint(f[1], 10, 32); uid >= uint64(base) && uid < uint64(base)+MaxJails*idMapSize {
 					pids = append(pids, pid)
 				}
 			}
 		}
 	}
 	return pids
+}
+
+// oneJailRange reports whether an id map line (inside, host, count) maps
+// the jail's 65536 ids to one of the jails' host ranges above base.
+func oneJailRange(m []string, base uint32) bool {
+	if len(m) != 3 || m[0] != "0" || m[2] != strconv.Itoa(idMapSize) {
+		return false
+	}
+	host, err := strconv.ParseUint(m[1], 10, 32)
+	return err == nil && host >= uint64(base) && host < uint64(base)+MaxJails*idMapSize && (host-uint64(base))%idMapSize == 0
 }
 
 func near(d, want time.Duration, slack time.Duration) bool {

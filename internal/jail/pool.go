@@ -274,7 +274,7 @@ func (e *Engine) fit(b *box, req *Request) error {
 		return &os.PathError{Op: "remount workspace", Path: b.runDir, Err: err}
 	}
 	b.limits = l
-	if err := writeFiles(filepath.Join(b.runDir, "work"), req.Files, e.jailHostID(jailUID), e.jailHostID(jailGID)); err != nil {
+	if err := writeFiles(filepath.Join(b.runDir, "work"), req.Files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
 		return fmt.Errorf("%w: files: %v", ErrInvalid, err)
 	}
 	return nil

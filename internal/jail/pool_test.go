@@ -25,7 +25,7 @@ func newPoolEngine(t *testing.T) *Engine {
 	limits.MemoryBytes = 1 << 30
 	e, err := New(Config{
 		ImageDir: testEngine.cfg.ImageDir, SeccompProfile: profile, RunDir: runDir,
-		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: 1_250_000_000,
+		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: 2_000_000_000,
 		Pool: PoolConfig{Size: 1, Preimport: []string{"numpy", "pandas"}, Limits: limits},
 	})
 	if err != nil {
@@ -41,7 +41,7 @@ func newPoolEngine(t *testing.T) *Engine {
 		if ids := e.leftoverCgroups(); len(ids) != 0 {
 			t.Errorf("pool engine left cgroups: %v", ids)
 		}
-		if pids := jailProcesses(1_250_000_000); len(pids) != 0 {
+		if pids := jailProcesses(2_000_000_000); len(pids) != 0 {
 			t.Errorf("pool engine left processes: %v", pids)
 		}
 	})

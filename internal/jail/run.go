@@ -48,6 +48,8 @@ func NewID() string {
 // box is one jail: its run directory, container, first process and pipes.
 type box struct {
 	id, runDir string
+	slot       int    // which host id range is the jail's (slots)
+	idBase     uint32 // host id of the jail's uid 0
 	limits     Limits // what the jail was created with
 	c          *libcontainer.Container
 	proc       *libcontainer.Process
@@ -67,7 +69,13 @@ type exit struct {
 func (e *Engine) create(l Limits, env map[string]string, command []string, files []File, preimport []string) (_ *box, retErr error) {
 	b := &box{id: NewID(), limits: l, exited: make(chan exit, 1)}
 	b.runDir = filepath.Join(e.runsDir, b.id)
-	if err := e.makeRunDir(b.runDir, l); err != nil {
+	var err error
+	if b.slot, err = e.slots.get(); err != nil {
+		return nil, err
+	}
+	b.idBase = e.cfg.HostIDBase + uint32(b.slot)*idMapSize
+	if err := e.makeRunDir(b); err != nil {
+		e.slots.put(b.slot)
 		return nil, err
 	}
 	defer func() {
@@ -75,10 +83,10 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 			e.destroy(b)
 		}
 	}()
-	if err := writeFiles(filepath.Join(b.runDir, "work"), files, e.jailHostID(jailUID), e.jailHostID(jailGID)); err != nil {
+	if err := writeFiles(filepath.Join(b.runDir, "work"), files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
 		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
 	}
-	cfg, err := e.config(b.id, b.runDir, l)
+	cfg, err := e.config(b, l)
 	if err != nil {
 		return nil, err
 	}
@@ -120,17 +128,23 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 }
 
 // destroy kills whatever is left of a jail and removes its cgroup, state,
-// mount and run directory.
+// mounts and run directory, then frees its host id range: only once every
+// process of the jail is gone can another jail have those ids.
 func (e *Engine) destroy(b *box) {
+	free := true
 	if b.c != nil {
 		if err := b.c.Destroy(); err != nil {
-			e.log.Error("destroy jail", "id", b.id, "err", err)
+			e.log.Error("destroy jail; its host id range stays in use", "id", b.id, "slot", b.slot, "err", err)
+			free = false
 		}
 	}
 	if b.p != nil {
 		b.p.closeAll()
 	}
 	e.removeRunDir(b.runDir)
+	if free {
+		e.slots.put(b.slot)
+	}
 }
 
 // Run executes req in a fresh jail, a warm one from the pool when req fits
@@ -266,12 +280,14 @@ wait:
 	return res, nil
 }
 
-func (e *Engine) jailHostID(id int) int { return int(e.cfg.HostIDBase) + id }
+// hostID is the host uid (gid) of id in the jail.
+func (b *box) hostID(id int) int { return int(b.idBase) + id }
 
 // makeRunDir mounts the run's tmpfs (the size and inode limits of the
-// workspace, /tmp and /jaild together) and lays out its directories, all
-// owned by the jail's user.
-func (e *Engine) makeRunDir(dir string, l Limits) (retErr error) {
+// workspace, /tmp and /jaild together), lays out its directories, all
+// owned by the jail's user, and mounts the jail's root.
+func (e *Engine) makeRunDir(b *box) (retErr error) {
+	dir, l := b.runDir, b.limits
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -280,7 +296,7 @@ func (e *Engine) makeRunDir(dir string, l Limits) (retErr error) {
 			e.removeRunDir(dir)
 		}
 	}()
-	uid, gid := e.jailHostID(jailUID), e.jailHostID(jailGID)
+	uid, gid := b.hostID(jailUID), b.hostID(jailGID)
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", l.WorkspaceBytes, l.WorkspaceInodes, uid, gid)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return &os.PathError{Op: "mount tmpfs", Path: dir, Err: err}
@@ -299,6 +315,27 @@ func (e *Engine) makeRunDir(dir string, l Limits) (retErr error) {
 		if err := os.Lchown(p, uid, gid); err != nil {
 			return err
 		}
+	}
+	return e.mountRoot(dir)
+}
+
+// mountRoot mounts the jail's root at dir/root: a read-only overlay of the
+// image, so that every jail has its own superblock and inodes. Concurrent
+// jails then share the image's page cache but no inode state: a flock,
+// POSIX or lease lock, or a dnotify watch on an image file is seen only in
+// the jail that made it (with one shared squashfs mount, such state was a
+// channel between runs). Read-only overlayfs needs two lower layers; the
+// second is an empty directory.
+func (e *Engine) mountRoot(dir string) error {
+	root, empty := filepath.Join(dir, "root"), filepath.Join(dir, "empty")
+	for _, d := range []string{root, empty} {
+		if err := os.Mkdir(d, 0o555); err != nil {
+			return err
+		}
+	}
+	opts := "lowerdir=" + e.image.Root + ":" + empty
+	if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return &os.PathError{Op: "mount overlay", Path: root, Err: err}
 	}
 	return nil
 }

@@ -33,16 +33,16 @@ const shmBytes = 64 << 20
 // config builds the libcontainer configuration of one run. The OCI spec is
 // the readable form; specconv turns it into libcontainer's, including the
 // seccomp filter.
-func (e *Engine) config(id, runDir string, l Limits) (*configs.Config, error) {
-	hostBase := e.cfg.HostIDBase
-	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: hostBase, Size: idMapSize}}
+func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
+	id, runDir := b.id, b.runDir
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: b.idBase, Size: idMapSize}}
 	mem := l.MemoryBytes
 	pids := l.Pids
 	oomAdj := 1000
 	noexec := []string{"nosuid", "noexec", "nodev"}
 	spec := &specs.Spec{
 		Version:  specs.Version,
-		Root:     &specs.Root{Path: e.image.Root, Readonly: true},
+		Root:     &specs.Root{Path: filepath.Join(runDir, "root"), Readonly: true},
 		Hostname: "jail",
 		Process: &specs.Process{
 			User:            specs.User{UID: jailUID, GID: jailGID},
