@@ -46,6 +46,9 @@ type Config struct {
 	Pool PoolConfig
 }
 
+// emptyDir, in RunDir, is the empty second layer of every jail's root.
+const emptyDir = "empty"
+
 // Ids inside the jail.
 const (
 	idMapSize = 65536
@@ -140,7 +143,7 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{cfg.RunDir, 0o711}, {e.stateDir, 0o700}, {e.runsDir, 0o711}} {
+	}{{cfg.RunDir, 0o711}, {e.stateDir, 0o700}, {e.runsDir, 0o711}, {filepath.Join(cfg.RunDir, emptyDir), 0o555}} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,19 +326,38 @@ func (e *Engine) makeRunDir(b *box) (retErr error) {
 // POSIX or lease lock, or a dnotify watch on an image file is seen only in
 // the jail that made it (with one shared squashfs mount, such state was a
 // channel between runs). Read-only overlayfs needs two lower layers; the
-// second is an empty directory.
+// second is an empty directory. The layers are named relative to RunDir
+// because the jail's /proc/self/mountinfo shows them as given: no host
+// path or run id.
 func (e *Engine) mountRoot(dir string) error {
-	root, empty := filepath.Join(dir, "root"), filepath.Join(dir, "empty")
-	for _, d := range []string{root, empty} {
-		if err := os.Mkdir(d, 0o555); err != nil {
-			return err
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o555); err != nil {
+		return err
+	}
+	image, err := filepath.Rel(e.cfg.RunDir, e.image.Root)
+	if err != nil || strings.Contains(image, ":") || strings.HasPrefix(image, "..") {
+		return fmt.Errorf("image mount %s is not a plain path below %s", e.image.Root, e.cfg.RunDir)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// A thread with its own working directory, which Go ends after.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
+			return
 		}
-	}
-	opts := "lowerdir=" + e.image.Root + ":" + empty
-	if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return &os.PathError{Op: "mount overlay", Path: root, Err: err}
-	}
-	return nil
+		if err := unix.Chdir(e.cfg.RunDir); err != nil {
+			errc <- err
+			return
+		}
+		opts := "lowerdir=" + image + ":" + emptyDir
+		if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			errc <- &os.PathError{Op: "mount overlay", Path: root, Err: err}
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
 }
 
 // waitEmpty waits until no process is left in the run's cgroup, killing
