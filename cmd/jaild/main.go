@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"os/user"
@@ -23,6 +24,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/version"
@@ -73,7 +75,12 @@ func run() error {
 	}
 
 	_, _ = daemon.SdNotify(false, "STATUS=verifying rootfs and starting the jail engine")
+	netm, err := network(cfg.Network, log)
+	if err != nil {
+		return err
+	}
 	engine, err := jail.New(jail.Config{
+		Network:  netm,
 		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: log,
 		Pool: jail.PoolConfig{
@@ -84,15 +91,15 @@ func run() error {
 		},
 	})
 	if err != nil {
-		return err
+		return errors.Join(err, closeNetwork(netm))
 	}
 	srv, err := server.New(cfg, engine, log)
 	if err != nil {
-		return errors.Join(err, engine.Close())
+		return errors.Join(err, engine.Close(), closeNetwork(netm))
 	}
 	ln, activated, err := listen(cfg)
 	if err != nil {
-		return errors.Join(err, engine.Close())
+		return errors.Join(err, engine.Close(), closeNetwork(netm))
 	}
 	hs := srv.HTTPServer()
 	served := make(chan error, 1)
@@ -115,7 +122,33 @@ func run() error {
 	if !activated {
 		_ = os.Remove(cfg.Socket)
 	}
-	return engine.Close()
+	return errors.Join(engine.Close(), closeNetwork(netm))
+}
+
+// network starts egress when the configuration enables it: nil otherwise.
+func network(n config.Network, log *slog.Logger) (*egress.Manager, error) {
+	if !n.Enabled {
+		return nil, nil
+	}
+	dns, err := n.DNSServers()
+	if err != nil {
+		return nil, fmt.Errorf("network.dns: %w", err)
+	}
+	cfg := egress.Config{
+		Subnet: netip.MustParsePrefix(n.Subnet), MaxSlots: jail.MaxJails, Table: n.Table, IfPrefix: n.InterfacePrefix,
+		DNS: dns, MaxConns: n.MaxConnections, BytesPerSec: n.MaxBytesPerSecond, Logger: log,
+	}
+	for _, d := range n.Deny {
+		cfg.Deny = append(cfg.Deny, netip.MustParsePrefix(d))
+	}
+	return egress.New(cfg)
+}
+
+func closeNetwork(m *egress.Manager) error {
+	if m == nil {
+		return nil
+	}
+	return m.Close()
 }
 
 // shutdown stops accepting, lets requests in flight finish within grace,

@@ -27,6 +27,8 @@ type Caller struct {
 	UID   uint32
 	PID   int32
 	Admin bool
+	// Network: the caller may ask for egress (the daemon's network policy).
+	Network bool
 }
 
 // RetryError is a refusal that tells the caller when to try again. It

@@ -15,7 +15,19 @@ type ExecuteRequest struct {
 	Limits              *Limits           `json:"limits,omitempty"`
 	LastLineInteractive bool              `json:"last_line_interactive,omitempty"`
 	Env                 map[string]string `json:"env,omitempty"`
+	// Network is "none" (the default: loopback only) or "internet".
+	Network string `json:"network,omitempty"`
+	// AllowHosts, with "internet", are the only destinations the run may
+	// reach: "example.com", "*.example.com", "198.51.100.7",
+	// "198.51.100.0/24", each with an optional ":port".
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 }
+
+// Network modes of an execute request.
+const (
+	NetworkNone     = "none"
+	NetworkInternet = "internet"
+)
 
 // FileIn is a file written into the workspace before the code runs.
 type FileIn struct {
@@ -51,6 +63,14 @@ type ExecuteResponse struct {
 	Files           []FileOut  `json:"files"`
 	Figures         []Figure   `json:"figures"`
 	Usage           Usage      `json:"usage"`
+	// Network is the run's traffic; null when the run had no egress.
+	Network *NetworkUsage `json:"network"`
+}
+
+// NetworkUsage is a run's traffic through its network interface.
+type NetworkUsage struct {
+	BytesSent     uint64 `json:"bytes_sent"`
+	BytesReceived uint64 `json:"bytes_received"`
 }
 
 // ExecError describes an uncaught exception in the user's code.
@@ -134,6 +154,20 @@ type Info struct {
 	Capacity    Capacity    `json:"capacity"`
 	Caller      CallerInfo  `json:"caller"`
 	Pool        PoolInfo    `json:"pool"`
+	Network     NetworkInfo `json:"network"`
+}
+
+// NetworkInfo says whether runs may have egress, and on what terms.
+type NetworkInfo struct {
+	// Available: the daemon has egress enabled.
+	Available bool `json:"available"`
+	// Allowed: the caller may ask for "internet".
+	Allowed bool `json:"allowed"`
+	// DefaultAllowHosts apply when a request names none; when non-empty,
+	// a non-admin request's allow_hosts must be among them.
+	DefaultAllowHosts []string `json:"default_allow_hosts"`
+	MaxConnections    int      `json:"max_connections"`      // per run; 0: no bound
+	MaxBytesPerSecond int64    `json:"max_bytes_per_second"` // per run and direction; 0: no bound
 }
 
 // PoolInfo describes the warm pool: jails started ahead of requests (each
@@ -184,6 +218,7 @@ type Capacity struct {
 type CallerInfo struct {
 	UID            uint32 `json:"uid"`
 	Admin          bool   `json:"admin"`
+	Network        bool   `json:"network"`         // may ask for "internet"
 	QuotaRemaining *int64 `json:"quota_remaining"` // null when unlimited
 }
 

@@ -10,6 +10,7 @@ import (
 // back, so a client sees the same class the server had.
 var (
 	ErrInvalidArgument  = errors.New("invalid_argument")
+	ErrForbidden        = errors.New("forbidden")
 	ErrNotFound         = errors.New("not_found")
 	ErrMethodNotAllowed = errors.New("method_not_allowed")
 	ErrTooLarge         = errors.New("too_large")
@@ -24,6 +25,7 @@ var classes = []struct {
 	status int
 }{
 	{ErrInvalidArgument, http.StatusBadRequest},
+	{ErrForbidden, http.StatusForbidden},
 	{ErrNotFound, http.StatusNotFound},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge},

@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/jaild/jaild/internal/allowlist"
 )
 
 // DefaultPath is where jaild looks for its configuration file.
@@ -67,6 +70,28 @@ type Config struct {
 	Admission   Admission `toml:"admission"`
 	Audit       Audit     `toml:"audit"`
 	Pool        Pool      `toml:"pool"`
+	Network     Network   `toml:"network"`
+}
+
+// Network configures egress: whether a run may ask for "internet", who
+// may, and where it may go.
+type Network struct {
+	Enabled bool `toml:"enabled"`
+	// AllowGroup: callers in this group (and admins) may ask for
+	// egress; "" lets every caller.
+	AllowGroup string `toml:"allow_group"`
+	// AllowHosts is the allowlist of a request that names none. When it is
+	// set, a non-admin request's allow_hosts must be among its entries.
+	AllowHosts []string `toml:"allow_hosts"`
+	Subnet     string   `toml:"subnet"`
+	// DNS are the upstream resolvers ("ip" or "ip:port"); empty: the
+	// nameservers of /etc/resolv.conf.
+	DNS               []string `toml:"dns"`
+	Deny              []string `toml:"deny"` // denied on top of the built-in ranges
+	MaxConnections    int      `toml:"max_connections"`
+	MaxBytesPerSecond int64    `toml:"max_bytes_per_second"`
+	Table             string   `toml:"table"`
+	InterfacePrefix   string   `toml:"interface_prefix"`
 }
 
 // Pool configures the warm pool of jails created ahead of requests.
@@ -124,6 +149,10 @@ func Default() Config {
 		},
 		Audit: Audit{CodeDir: "/var/lib/jaild/audit", MaxCodeBytes: 64 << 10, Retention: Duration{7 * 24 * time.Hour}},
 		Pool:  Pool{Size: 2, Preimport: []string{"numpy", "pandas", "matplotlib.pyplot"}},
+		Network: Network{
+			AllowGroup: "jaild-network", AllowHosts: []string{}, Subnet: "10.231.0.0/16", DNS: []string{}, Deny: []string{}, MaxConnections: 64,
+			MaxBytesPerSecond: 10 << 20, Table: "jaild", InterfacePrefix: "jd",
+		},
 	}
 }
 
@@ -238,6 +267,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
+	errs = append(errs, c.Network.validate())
 	return errors.Join(errs...)
 }
 
@@ -282,4 +312,82 @@ func (l Limits) fields(other Limits) []field {
 		{"file_size_mb", l.FileSizeMB, other.FileSizeMB},
 		{"output_bytes", l.OutputBytes, other.OutputBytes},
 	}
+}
+
+// NetworkSubnetBits is the largest prefix length network.subnet may have:
+// it must hold a /30 for each of 1024 jails (jail.MaxJails).
+const NetworkSubnetBits = 20
+
+func (n *Network) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("network.%s: "+format, append([]any{key}, args...)...))
+	}
+	if _, err := allowlist.ParseList(n.AllowHosts); err != nil {
+		bad("allow_hosts", "%v", err)
+	}
+	if p, err := netip.ParsePrefix(n.Subnet); err != nil || !p.Addr().Is4() || p != p.Masked() || p.Bits() > NetworkSubnetBits {
+		bad("subnet", "must be an IPv4 prefix of /%d or larger without host bits, got %q", NetworkSubnetBits, n.Subnet)
+	}
+	if _, err := n.DNSServers(); err != nil && len(n.DNS) > 0 {
+		bad("dns", "%v", err)
+	}
+	for i, d := range n.Deny {
+		if p, err := netip.ParsePrefix(d); err != nil || !p.Addr().Is4() {
+			bad(fmt.Sprintf("deny[%d]", i), "must be an IPv4 prefix, got %q", d)
+		}
+	}
+	if n.MaxConnections < 0 || n.MaxConnections > 1<<20 {
+		bad("max_connections", "must be in 0..%d (0: no bound)", 1<<20)
+	}
+	if n.MaxBytesPerSecond < 0 {
+		bad("max_bytes_per_second", "must not be negative (0: no bound)")
+	}
+	if !cgroupName.MatchString(n.Table) {
+		bad("table", "must be a plain name of letters, digits, - and _, got %q", n.Table)
+	}
+	if !ifPrefix.MatchString(n.InterfacePrefix) {
+		bad("interface_prefix", "must be 1..8 letters, digits or -, starting with a letter, got %q", n.InterfacePrefix)
+	}
+	return errors.Join(errs...)
+}
+
+var ifPrefix = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,7}$`)
+
+// DNSServers resolves network.dns: the configured servers, or the
+// nameservers of /etc/resolv.conf (IPv4 only) when none are configured.
+func (n *Network) DNSServers() ([]netip.AddrPort, error) {
+	list := n.DNS
+	if len(list) == 0 {
+		b, err := os.ReadFile("/etc/resolv.conf")
+		if err != nil {
+			return nil, fmt.Errorf("no network.dns configured and %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() {
+					list = append(list, f[1])
+				}
+			}
+		}
+		if len(list) == 0 {
+			return nil, errors.New("no network.dns configured and no IPv4 nameserver in /etc/resolv.conf")
+		}
+	}
+	var out []netip.AddrPort
+	for _, d := range list {
+		ap, err := netip.ParseAddrPort(d)
+		if err != nil {
+			a, err2 := netip.ParseAddr(d)
+			if err2 != nil {
+				return nil, fmt.Errorf("%q is not an IPv4 address with an optional :port", d)
+			}
+			ap = netip.AddrPortFrom(a, 53)
+		}
+		if !ap.Addr().Is4() {
+			return nil, fmt.Errorf("%q: only IPv4 resolvers are supported", d)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
 }

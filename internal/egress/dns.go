@@ -184,7 +184,7 @@ func (s *resolver) portsFor(name string) ([]uint16, bool) {
 	}
 	var ports []uint16
 	for _, a := range s.r.allow {
-		if a.matches(name) {
+		if a.Matches(name) {
 			if a.Port == 0 {
 				return []uint16{0}, true
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -237,17 +238,17 @@ func isDigits(s string) bool {
 
 // Run is one run's network.
 type Run struct {
-	m             *Manager
-	slot          int
-	link          string
-	gw, jail      netip.Addr
-	allow         []Allow
-	nsPath        string
-	dns           *resolver
-	allowChain    *nftables.Chain
-	mu            sync.Mutex
-	allowed       map[allowKey]bool // rules in allowChain
-	closeOnce     sync.Once
+	m          *Manager
+	slot       int
+	link       string
+	gw, jail   netip.Addr
+	allow      []allowlist.Allow
+	nsPath     string
+	dns        *resolver
+	allowChain *nftables.Chain
+	mu         sync.Mutex
+	allowed    map[allowKey]bool // rules in allowChain
+	closeOnce  sync.Once
 }
 
 type allowKey struct {
@@ -277,7 +278,7 @@ func (m *Manager) addrs(slot int) (gw, jail netip.Addr) {
 // veth pair (host side <prefix><slot>, jail side eth0), the run's rules
 // and a resolver on its gateway. allow empty means every destination but
 // the denied ones. On error nothing is left.
-func (m *Manager) Setup(slot int, dir string, allow []Allow) (_ *Run, retErr error) {
+func (m *Manager) Setup(slot int, dir string, allow []allowlist.Allow) (_ *Run, retErr error) {
 	if slot < 0 || slot >= m.cfg.MaxSlots {
 		return nil, fmt.Errorf("egress: slot %d out of range", slot)
 	}

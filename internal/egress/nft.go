@@ -125,7 +125,7 @@ type baseChains struct {
 // buildTable creates the daemon's table: every jail's host-side interface
 // starts with prefix, every jail address is in subnet.
 //
-//	input:       iifname prefix* jump dns; iifname prefix* drop
+//	input:       iifname prefix* jump dns; iifname prefix* reject
 //	dns:         per run: iifname, saddr jail, daddr gateway, udp/tcp 53: accept
 //	forward:     oifname prefix* jump ingress; oifname prefix* drop;
 //	             iifname prefix* jump egress;
@@ -148,7 +148,7 @@ func buildTable(c *nftables.Conn, name, prefix string, subnet netip.Prefix, deny
 
 	add := func(ch *nftables.Chain, e []expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
 	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("dns")))
-	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), drop))
+	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), reject))
 
 	add(b.forward, rule(ifPrefix(expr.MetaKeyOIFNAME, prefix), jump("ingress")))
 	add(b.forward, rule(ifPrefix(expr.MetaKeyOIFNAME, prefix), drop))

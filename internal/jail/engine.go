@@ -3,6 +3,7 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/egress"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -44,6 +45,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Pool configures the warm pool; the zero value disables it.
 	Pool PoolConfig
+	// Network gives runs that ask for it egress; nil: no run has it. Its
+	// MaxSlots must be at least MaxJails. The engine does not close it.
+	Network *egress.Manager
 }
 
 // emptyDir, in RunDir, is the empty second layer of every jail's root.

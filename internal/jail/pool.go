@@ -63,9 +63,10 @@ func newPool(e *Engine, cfg PoolConfig) *pool {
 	return pl
 }
 
-// take returns a ready warm jail that can serve req, or nil.
+// take returns a ready warm jail that can serve req, or nil. Warm jails
+// have loopback only: a run with egress gets a jail made for it.
 func (pl *pool) take(req *Request) (*box, bool) {
-	if pl == nil || pl.cfg.Size == 0 || req.Command != nil || !fitsUnder(req.Limits, pl.cfg.Limits) {
+	if pl == nil || pl.cfg.Size == 0 || req.Command != nil || req.Network != nil || !fitsUnder(req.Limits, pl.cfg.Limits) {
 		return nil, false
 	}
 	for k := range req.Env {
@@ -126,7 +127,7 @@ func (pl *pool) loop() {
 			pl.e.destroy(b)
 		}
 		if !pressure && need > 0 {
-			b, err := pl.e.create(pl.cfg.Limits, nil, nil, nil, pl.cfg.Preimport)
+			b, err := pl.e.create(pl.cfg.Limits, nil, nil, nil, pl.cfg.Preimport, nil)
 			if err == nil && len(pl.cfg.Preimport) > 0 { // the runner says ready after importing
 				if err = awaitReady(b); err != nil {
 					pl.e.destroy(b)

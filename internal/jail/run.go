@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/jaild/jaild/internal/egress"
 	"io"
 	"os"
 	"path/filepath"
@@ -55,7 +56,8 @@ type box struct {
 	c          *libcontainer.Container
 	proc       *libcontainer.Process
 	p          *pipes
-	exited     chan exit // receives the first process's end, once
+	net        *egress.Run // nil: loopback only
+	exited     chan exit   // receives the first process's end, once
 }
 
 type exit struct {
@@ -67,7 +69,7 @@ type exit struct {
 // for its job on fd 3, after importing preimport) or req.Command. Files
 // are written into the workspace before the process starts. On error
 // nothing is left behind.
-func (e *Engine) create(l Limits, env map[string]string, command []string, files []File, preimport []string) (_ *box, retErr error) {
+func (e *Engine) create(l Limits, env map[string]string, command []string, files []File, preimport []string, network *Network) (_ *box, retErr error) {
 	b := &box{id: NewID(), limits: l, exited: make(chan exit, 1)}
 	b.runDir = filepath.Join(e.runsDir, b.id)
 	var err error
@@ -86,6 +88,18 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 	}()
 	if err := writeFiles(filepath.Join(b.runDir, "work"), files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
 		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
+	}
+	if network != nil {
+		if e.cfg.Network == nil {
+			return nil, fmt.Errorf("%w: network egress is not enabled", ErrInvalid)
+		}
+		if b.net, err = e.cfg.Network.Setup(b.slot, b.runDir, network.Allow); err != nil {
+			return nil, err
+		}
+		conf := "nameserver " + b.net.Nameserver().String() + "\noptions timeout:2 attempts:2\n"
+		if err := os.WriteFile(filepath.Join(b.runDir, "resolv.conf"), []byte(conf), 0o444); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := e.config(b, l)
 	if err != nil {
@@ -142,6 +156,9 @@ func (e *Engine) destroy(b *box) {
 	if b.p != nil {
 		b.p.closeAll()
 	}
+	if b.net != nil {
+		b.net.Close()
+	}
 	e.removeRunDir(b.runDir)
 	if free {
 		e.slots.put(b.slot)
@@ -181,7 +198,7 @@ func (e *Engine) Run(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if b == nil {
 		var err error
-		if b, err = e.create(req.Limits, req.Env, req.Command, req.Files, nil); err != nil {
+		if b, err = e.create(req.Limits, req.Env, req.Command, req.Files, nil, req.Network); err != nil {
 			return nil, err
 		}
 	}
@@ -255,6 +272,10 @@ wait:
 	e.waitEmpty(b.c)
 	readers.Wait()
 
+	if b.net != nil {
+		u := b.net.Usage()
+		res.Network = &u
+	}
 	st := readCgroupStats(b.c)
 	res.CPUTime = st.cpu - base.cpu
 	res.PeakMemoryBytes = st.peak

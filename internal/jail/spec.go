@@ -78,6 +78,18 @@ func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
+	if b.net != nil {
+		// The daemon's network namespace for the run (owned by the host's
+		// user namespace: nothing in the jail can reconfigure it), and a
+		// resolv.conf naming the run's resolver.
+		for i := range spec.Linux.Namespaces {
+			if spec.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				spec.Linux.Namespaces[i].Path = b.net.NetnsPath()
+			}
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
+			Source: filepath.Join(runDir, "resolv.conf"), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec, NoNewKeyring: false})
 	if err != nil {
 		return nil, fmt.Errorf("jail config: %w", err)

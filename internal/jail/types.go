@@ -3,6 +3,8 @@ package jail
 import (
 	"errors"
 	"fmt"
+	"github.com/jaild/jaild/internal/allowlist"
+	"github.com/jaild/jaild/internal/egress"
 	"regexp"
 	"strings"
 	"time"
@@ -106,6 +108,17 @@ type Request struct {
 	// Env adds variables to the jail's environment; see ValidateEnv.
 	Env    map[string]string
 	Limits Limits
+	// Network, when set, gives the run egress (the engine needs a
+	// Config.Network); nil means loopback only.
+	Network *Network
+}
+
+// Network is a run's request for egress.
+type Network struct {
+	// Allow lists the only destinations the run may reach (names through
+	// the run's resolver); empty means every destination that is not
+	// always denied.
+	Allow []allowlist.Allow
 }
 
 // Bounds on the request's own shape.
@@ -288,5 +301,6 @@ type Result struct {
 	ResultRepr      *string
 	Figures         []Figure
 	Files           []OutFile
-	Warm            bool // served by a jail from the warm pool
+	Warm            bool          // served by a jail from the warm pool
+	Network         *egress.Usage // the run's traffic, when it had egress
 }

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/jail"
@@ -140,7 +142,49 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 	if err := jail.ValidateEnv(req.Env); err != nil {
 		return nil, invalid("%s", strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
 	}
+	if jr.Network, err = s.network(req, who); err != nil {
+		return nil, err
+	}
 	return jr, nil
+}
+
+// network resolves a request's network and allow_hosts against the
+// daemon's policy.
+func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.Network, error) {
+	switch req.Network {
+	case "", api.NetworkNone:
+		if len(req.AllowHosts) > 0 {
+			return nil, invalid(`allow_hosts needs "network": "internet"`)
+		}
+		return nil, nil
+	case api.NetworkInternet:
+	default:
+		return nil, invalid(`network must be "none" or "internet", got %q`, req.Network)
+	}
+	pol := s.cfg.Network
+	if !pol.Enabled {
+		return nil, fmt.Errorf(`%w: "network": "internet" refused: this daemon has network egress disabled (network.enabled in its configuration)`, api.ErrForbidden)
+	}
+	if !who.Network {
+		return nil, fmt.Errorf(`%w: "network": "internet" refused: uid %d is not allowed network egress (it needs to be in group %q, or an admin)`, api.ErrForbidden, who.UID, pol.AllowGroup)
+	}
+	list := req.AllowHosts
+	if len(list) == 0 {
+		list = pol.AllowHosts
+	}
+	allow, err := allowlist.ParseList(list)
+	if err != nil {
+		return nil, invalid("allow_hosts: %v", err)
+	}
+	if len(pol.AllowHosts) > 0 && !who.Admin {
+		ceiling, _ := allowlist.ParseList(pol.AllowHosts) // validated with the config
+		for _, a := range allow {
+			if !slices.Contains(ceiling, a) {
+				return nil, fmt.Errorf("%w: allow_hosts: %q is not among the destinations this daemon allows (%s)", api.ErrForbidden, a, strings.Join(pol.AllowHosts, ", "))
+			}
+		}
+	}
+	return &jail.Network{Allow: allow}, nil
 }
 
 // limits resolves a request's limits: defaults for what it leaves out,
@@ -217,6 +261,9 @@ func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
 			CPUMs:           res.CPUTime.Milliseconds(),
 			PeakMemoryBytes: res.PeakMemoryBytes,
 		},
+	}
+	if n := res.Network; n != nil {
+		out.Network = &api.NetworkUsage{BytesSent: n.BytesSent, BytesReceived: n.BytesReceived}
 	}
 	if res.Signal != 0 {
 		sig := res.Signal

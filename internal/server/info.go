@@ -31,7 +31,15 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		CgroupMode:  jail.CgroupMode(),
 		Seccomp:     api.SeccompInfo{Profile: s.cfg.SeccompProfile, DefaultAction: string(prof.DefaultAction), Rules: len(prof.Syscalls)},
 		Capacity:    api.Capacity{MaxConcurrent: s.cfg.MaxConcurrent(), Running: running, QueueSize: s.cfg.Admission.QueueSize, Queued: queued},
-		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin},
+		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin, Network: who.Network},
+	}
+	n := s.cfg.Network
+	info.Network = api.NetworkInfo{Available: n.Enabled, Allowed: who.Network, DefaultAllowHosts: n.AllowHosts}
+	if info.Network.DefaultAllowHosts == nil {
+		info.Network.DefaultAllowHosts = []string{}
+	}
+	if n.Enabled {
+		info.Network.MaxConnections, info.Network.MaxBytesPerSecond = n.MaxConnections, n.MaxBytesPerSecond
 	}
 	ps := s.engine.PoolStats()
 	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, Paused: ps.Paused}

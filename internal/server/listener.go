@@ -103,5 +103,6 @@ func (s *Server) peer(c net.Conn) admission.Caller {
 	}); err != nil || credErr != nil {
 		return nobody
 	}
-	return admission.Caller{UID: cred.Uid, PID: cred.Pid, Admin: s.isAdmin(cred.Uid, cred.Gid)}
+	admin := s.isAdmin(cred.Uid, cred.Gid)
+	return admission.Caller{UID: cred.Uid, PID: cred.Pid, Admin: admin, Network: s.mayNetwork(cred.Uid, cred.Gid, admin)}
 }

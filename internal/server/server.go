@@ -34,11 +34,17 @@ type Server struct {
 	log     *slog.Logger
 	audit   *auditor
 	adminG  string // gid of the admin group, "" if it does not exist
+	netG    string // gid of network.allow_group, "" if none
 	baseCtx context.Context
 	stop    context.CancelFunc
 
 	adminMu    sync.Mutex
-	adminCache map[uint32]adminEntry
+	adminCache map[groupKey]adminEntry
+}
+
+type groupKey struct {
+	uid   uint32
+	group string
 }
 
 type adminEntry struct {
@@ -58,10 +64,17 @@ func New(cfg config.Config, engine *jail.Engine, log *slog.Logger) (*Server, err
 			MaxConcurrent: cfg.MaxConcurrent(), QueueSize: a.QueueSize, QueueWait: a.QueueWait.Duration,
 			RatePerMinute: a.RatePerMinute, Burst: a.Burst, DailyQuota: a.DailyQuota,
 		}),
-		adminCache: map[uint32]adminEntry{},
+		adminCache: map[groupKey]adminEntry{},
 	}
 	if g, err := user.LookupGroup(cfg.AdminGroup); err == nil {
 		s.adminG = g.Gid
+	}
+	if n := cfg.Network; n.Enabled && n.AllowGroup != "" {
+		if g, err := user.LookupGroup(n.AllowGroup); err == nil {
+			s.netG = g.Gid
+		} else {
+			log.Warn("network.allow_group does not exist: only admins may ask for egress", "group", n.AllowGroup)
+		}
 	}
 	var err error
 	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
@@ -101,33 +114,46 @@ func (s *Server) Abort() { s.stop() }
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
 
-// isAdmin: root, or a member of the admin group (cached for a minute).
+// isAdmin: root, or a member of the admin group.
 func (s *Server) isAdmin(uid, gid uint32) bool {
-	if uid == 0 {
-		return true
-	}
-	if s.adminG == "" {
+	return uid == 0 || s.inGroup(uid, gid, s.adminG)
+}
+
+// mayNetwork: the network policy lets the caller ask for egress: admins,
+// and members of network.allow_group (everyone when it is "").
+func (s *Server) mayNetwork(uid, gid uint32, admin bool) bool {
+	if !s.cfg.Network.Enabled {
 		return false
 	}
-	if strconv.FormatUint(uint64(gid), 10) == s.adminG {
+	return admin || s.cfg.Network.AllowGroup == "" || s.inGroup(uid, gid, s.netG)
+}
+
+// inGroup: gid is group g, or uid's user is a member of g (cached for a
+// minute). g "" (no such group) has no members.
+func (s *Server) inGroup(uid, gid uint32, g string) bool {
+	if g == "" {
+		return false
+	}
+	if strconv.FormatUint(uint64(gid), 10) == g {
 		return true
 	}
+	key := groupKey{uid, g}
 	s.adminMu.Lock()
-	e, ok := s.adminCache[uid]
+	e, ok := s.adminCache[key]
 	s.adminMu.Unlock()
 	if ok && time.Since(e.at) < time.Minute {
 		return e.admin
 	}
-	admin := false
+	member := false
 	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
 		if gids, err := u.GroupIds(); err == nil {
-			admin = slices.Contains(gids, s.adminG)
+			member = slices.Contains(gids, g)
 		}
 	}
 	s.adminMu.Lock()
-	s.adminCache[uid] = adminEntry{admin, time.Now()}
+	s.adminCache[key] = adminEntry{member, time.Now()}
 	s.adminMu.Unlock()
-	return admin
+	return member
 }
 
 func callerOf(r *http.Request) admission.Caller {

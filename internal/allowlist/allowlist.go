@@ -1,4 +1,6 @@
-package egress
+// Package allowlist parses the destinations a run with network egress may
+// reach: domain names and IPv4 prefixes, each with an optional port.
+package allowlist
 
 import (
 	"fmt"
@@ -16,10 +18,10 @@ type Allow struct {
 	Port   uint16
 }
 
-// MaxAllow bounds the entries of one allowlist.
-const MaxAllow = 64
+// MaxEntries bounds the entries of one allowlist.
+const MaxEntries = 64
 
-// String is the entry in the form ParseAllow reads.
+// String is the entry in the form Parse reads.
 func (a Allow) String() string {
 	s := a.Name
 	if s == "" {
@@ -34,9 +36,9 @@ func (a Allow) String() string {
 	return s
 }
 
-// ParseAllow reads "example.com", "*.example.com", "198.51.100.7",
+// Parse reads "example.com", "*.example.com", "198.51.100.7",
 // "198.51.100.0/24", each optionally followed by ":port".
-func ParseAllow(s string) (Allow, error) {
+func Parse(s string) (Allow, error) {
 	var a Allow
 	if s == "" || len(s) > 260 {
 		return a, fmt.Errorf("%q: must be a domain name or IPv4 address or prefix, with an optional :port", s)
@@ -104,9 +106,9 @@ func validName(n string) bool {
 	return true
 }
 
-// matches reports whether the entry allows the (lower-case, dot-less)
+// Matches reports whether the entry allows the (lower-case, dot-less)
 // query name.
-func (a Allow) matches(name string) bool {
+func (a Allow) Matches(name string) bool {
 	if a.Name == "" {
 		return false
 	}
@@ -116,16 +118,16 @@ func (a Allow) matches(name string) bool {
 	return name == a.Name
 }
 
-// ParseAllowList parses every entry and drops duplicates; the error names
+// ParseList parses every entry and drops duplicates; the error names
 // the first bad entry.
-func ParseAllowList(in []string) ([]Allow, error) {
-	if len(in) > MaxAllow {
-		return nil, fmt.Errorf("at most %d entries, got %d", MaxAllow, len(in))
+func ParseList(in []string) ([]Allow, error) {
+	if len(in) > MaxEntries {
+		return nil, fmt.Errorf("at most %d entries, got %d", MaxEntries, len(in))
 	}
 	var out []Allow
 	seen := map[Allow]bool{}
 	for _, s := range in {
-		a, err := ParseAllow(s)
+		a, err := Parse(s)
 		if err != nil {
 			return nil, err
 		}
