@@ -63,6 +63,10 @@ type hcase struct {
 	check func(t *testing.T, r *api.ExecuteResponse) string
 
 	run func(t *testing.T, h *hostile) string
+
+	// noNet: the case is about a run without egress; with egress enabled
+	// (TestHostileNetworked) it still sends no "network".
+	noNet bool
 }
 
 // hostileCases is the whole suite, in report order.
@@ -88,6 +92,9 @@ type hostile struct {
 	// extraParents are jail cgroup parents of other daemons a case has
 	// running; their jails are not leaks of the hostile daemon.
 	extraParents []string
+	// netTable and netPrefix are set when the daemon has egress: its
+	// nftables table and interface prefix, checked for leftovers.
+	netTable, netPrefix string
 }
 
 // hostilePool is the hostile daemon's warm pool size (the shipped default).
@@ -103,10 +110,16 @@ func hostileAdmission(cfg string) string {
 	return setKeys(cfg, map[string]string{"max_concurrent": "2", "queue_size": "2", "queue_wait": `"1s"`, "daily_quota": "100"})
 }
 
-func startHostile(t *testing.T) *hostile {
+func startHostile(t *testing.T, networked bool) *hostile {
 	t.Helper()
 	h := &hostile{secret: "jaild-canary-" + randHex(12)}
 	var err error
+	tune := hostileAdmission
+	if networked {
+		startUpstream(t)
+		h.netTable, h.netPrefix = "jaildhostile", "jh"
+		tune = func(c string) string { return hostileAdmission(c) + netSection(h.netTable, h.netPrefix) }
+	}
 	// The socket is open to every uid: the unprivileged-caller cases
 	// connect as uid 65534. The warm pool has the shipped size and
 	// pre-imports, so most cases run in warm jails, as in production.
@@ -114,7 +127,7 @@ func startHostile(t *testing.T) *hostile {
 	// that the daemon's RSS after a case measures what it still holds, not
 	// the peak of the largest response (see leak_test.go).
 	h.d, err = startTunedDaemon("socket_mode = \"0666\"\n", hostilePool,
-		[]string{"JAILD_HOSTILE_SECRET=" + h.secret, fmt.Sprintf("GOMEMLIMIT=%dMiB", hostileMemLimit>>20)}, hostileAdmission)
+		[]string{"JAILD_HOSTILE_SECRET=" + h.secret, fmt.Sprintf("GOMEMLIMIT=%dMiB", hostileMemLimit>>20)}, tune)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +247,16 @@ func (h *hostile) runCase(t *testing.T, c hcase) string {
 	return c.check(t, h.exec(t, req))
 }
 
-func TestHostile(t *testing.T) {
+// TestHostile runs the suite against a daemon without egress and writes
+// docs/SECURITY.md's table; TestHostileNetworked runs it again against a
+// daemon with egress enabled, every run asking for "network": "internet"
+// (but the cases about having no network), with the network's own leak
+// checks after each case.
+func TestHostile(t *testing.T) { runHostile(t, false) }
+
+func TestHostileNetworked(t *testing.T) { runHostile(t, true) }
+
+func runHostile(t *testing.T, networked bool) {
 	cases := hostileCases()
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -243,8 +265,11 @@ func TestHostile(t *testing.T) {
 		}
 		seen[c.id] = true
 	}
-	h := startHostile(t)
+	h := startHostile(t, networked)
 	defer h.stop(t)
+	if networked {
+		h.d.inject = map[string]any{"network": "internet"}
+	}
 	start := time.Now()
 	var rows []reportRow
 	for _, c := range cases {
@@ -256,6 +281,12 @@ func TestHostile(t *testing.T) {
 			h.runIDs = nil
 			h.mu.Unlock()
 			caseStart := time.Now()
+			if networked {
+				h.d.inject = map[string]any{"network": "internet"}
+				if c.noNet {
+					h.d.inject = nil
+				}
+			}
 			row.Observed = h.runCase(t, c)
 			if t.Failed() && row.Observed == "" {
 				row.Observed = "the case did not complete (see the test log)"
@@ -277,7 +308,11 @@ func TestHostile(t *testing.T) {
 	}
 	t.Logf("%d cases in %v", len(rows), time.Since(start).Round(time.Second))
 	h.checkFlat(t, len(rows))
-	checkReport(t, rows, len(cases))
+	if !networked {
+		checkReport(t, rows, len(cases))
+	} else if len(rows) != len(cases) {
+		t.Errorf("%d of %d cases ran", len(rows), len(cases))
+	}
 }
 
 // startTunedDaemon starts jaild as startDaemonPool does, with the test

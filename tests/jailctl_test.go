@@ -13,7 +13,13 @@ import (
 // jailctl runs the built jailctl against the shared daemon.
 func jailctl(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), append([]string{"--socket", shared.socket}, args...)...)
+	return jailctlAt(t, shared.socket, stdin, args...)
+}
+
+// jailctlAt runs the built jailctl against the daemon on socket.
+func jailctlAt(t *testing.T, socket, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), append([]string{"--socket", socket}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e

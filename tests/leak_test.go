@@ -459,6 +459,19 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 	}
 	h.d.client.CloseIdleConnections()
 
+	// 0. With egress: no run's link, chain or rule is left.
+	if h.netTable != "" {
+		var why string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if why = netLeaks(h.netTable, h.netPrefix); why == "" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if why != "" {
+			leak("network: %s", why)
+		}
+	}
+
 	// 1. The next print(1) works, at normal speed (generous: the host is
 	// shared and the pool may be refilling).
 	start := time.Now()

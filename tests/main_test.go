@@ -71,6 +71,9 @@ type daemon struct {
 	cmd    *exec.Cmd
 	log    *bytes.Buffer
 	client *http.Client
+	// inject adds its fields to every execute request sent by call with a
+	// map body (the hostile suite with egress: "network": "internet").
+	inject map[string]any
 }
 
 // baseConfig is the test daemons' configuration; extra is appended.
@@ -172,6 +175,16 @@ func (d *daemon) stop() error {
 // call sends a request and decodes the JSON answer into out (if non-nil).
 func (d *daemon) call(t *testing.T, method, path string, body any, out any) (int, http.Header) {
 	t.Helper()
+	if m, ok := body.(map[string]any); ok && d.inject != nil && path == "/v1/execute" {
+		withNet := map[string]any{}
+		for k, v := range d.inject {
+			withNet[k] = v
+		}
+		for k, v := range m {
+			withNet[k] = v
+		}
+		body = withNet
+	}
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:

@@ -75,6 +75,12 @@ func runExec(e *env, args []string) int {
 		envVars[name] = value
 		return nil
 	})
+	network := fs.String("network", "", "`MODE`: none (loopback only, the default) or internet (egress, if the daemon allows it)")
+	var allowHosts []string
+	fs.Func("allow-host", "with --network internet, allow only `HOST` (example.com, *.example.com, 198.51.100.0/24, each with an optional :PORT); repeatable", func(s string) error {
+		allowHosts = append(allowHosts, s)
+		return nil
+	})
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
 	socket := socketFlag(fs)
 
@@ -85,7 +91,10 @@ func runExec(e *env, args []string) int {
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive}
+	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive, Network: *network, AllowHosts: allowHosts}
+	if len(allowHosts) > 0 && req.Network == "" {
+		req.Network = api.NetworkInternet // --allow-host means egress
+	}
 	switch {
 	case codeSet && len(pos) > 0:
 		return e.usageError("exec: give -c CODE or FILE, not both")

@@ -84,14 +84,14 @@ func Parse(s string) (Allow, error) {
 }
 
 // validName checks a DNS name of letters, digits and hyphens, at most 253
-// bytes, with at least two labels.
+// bytes, with at least two labels, the last with a letter.
 func validName(n string) bool {
 	if n == "" || len(n) > 253 {
 		return false
 	}
 	labels := strings.Split(n, ".")
-	if len(labels) < 2 {
-		return false
+	if len(labels) < 2 || !strings.ContainsAny(labels[len(labels)-1], "abcdefghijklmnopqrstuvwxyz") {
+		return false // a top-level label of digits only would read as an address
 	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {

@@ -354,7 +354,8 @@ func inNetns(path string, fn func() error) error {
 }
 
 // wire creates the veth pair and the addresses and routes on both sides.
-// IPv6 is off on both ends: no link-local address to reach the host by.
+// IPv6 is off on both ends of the veth: no link-local address to reach the
+// host by.
 func (r *Run) wire() error {
 	ns, err := netns.GetFromPath(r.nsPath)
 	if err != nil {
@@ -366,13 +367,10 @@ func (r *Run) wire() error {
 		return fmt.Errorf("egress: netlink in jail namespace: %w", err)
 	}
 	defer inside.Close()
+	// "default" applies to eth0, made below; lo keeps ::1, as in a jail
+	// without egress.
 	if err := inNetns(r.nsPath, func() error {
-		for _, k := range []string{"all", "default"} {
-			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+k+"/disable_ipv6", []byte("1"), 0); err != nil {
-				return err
-			}
-		}
-		return nil
+		return os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0)
 	}); err != nil {
 		return fmt.Errorf("egress: disable IPv6 in the jail namespace: %w", err)
 	}

@@ -127,8 +127,8 @@ type baseChains struct {
 //
 //	input:       iifname prefix* jump dns; iifname prefix* reject
 //	dns:         per run: iifname, saddr jail, daddr gateway, udp/tcp 53: accept
-//	forward:     oifname prefix* jump ingress; oifname prefix* drop;
-//	             iifname prefix* jump egress;
+//	forward:     iifname prefix* jump egress (which always decides);
+//	             oifname prefix* jump ingress; oifname prefix* drop;
 //	             [drop: when the host did not forward before the daemon]
 //	ingress:     per run: oifname jump i<slot>
 //	egress:      not IPv4: drop; each denied prefix: reject; jump runs; drop
@@ -150,9 +150,9 @@ func buildTable(c *nftables.Conn, name, prefix string, subnet netip.Prefix, deny
 	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("dns")))
 	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), reject))
 
+	add(b.forward, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("egress")))
 	add(b.forward, rule(ifPrefix(expr.MetaKeyOIFNAME, prefix), jump("ingress")))
 	add(b.forward, rule(ifPrefix(expr.MetaKeyOIFNAME, prefix), drop))
-	add(b.forward, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("egress")))
 	if dropOther {
 		add(b.forward, rule(drop))
 	}
