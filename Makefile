@@ -19,7 +19,7 @@ SOCKET       ?= /run/jaild/jaild.sock
 PREFIX       ?= /usr/local
 
 # Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
-APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl
+APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl iproute2
 
 .PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance soak security-report bench bench-engine clean
 
