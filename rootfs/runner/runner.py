@@ -11,9 +11,10 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
          "figures_dir": "/jaild/figures" or null, "max_figures": 16,
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
         env and rlimits are applied in the user's process before its code.
-        JAILD_PREIMPORT (environment, comma-separated modules) is imported
-        before the job is read, then {"type": "ready"} is written to fd 4:
-        a warm pool's jails wait here.
+        JAILD_PREIMPORT (environment, comma-separated modules, possibly
+        none) marks a warm pool's jail: the runner imports those modules
+        and its own lazy ones, writes {"type": "ready"} to fd 4, forks the
+        user's process, and that process waits here for its job.
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
@@ -32,11 +33,12 @@ signal N (SIGINT for KeyboardInterrupt), 128+N and an "exit" record.  2
 means a malformed job.
 """
 
+import _signal as signal  # the signal module's enums import enum: ~5 ms
 import builtins
-import json
+import gc
 import linecache
 import os
-import signal
+import resource  # every job lowers rlimits; imported before the fork
 import sys
 import types
 
@@ -54,6 +56,68 @@ RUNNER_FILE = __file__
 
 class JobError(Exception):
     pass
+
+
+def json_codec():
+    """Return (loads, dumps) for the job and the records.
+
+    The json module imports re and enum, ~8 ms of a cold run's start-up, so
+    this uses the C scanner and string encoder behind it directly, for the
+    few shapes that cross fd 3 and fd 4. json itself is the fallback should
+    those internals ever change."""
+    try:
+        from _json import encode_basestring_ascii, make_scanner
+
+        class Context:  # what the C scanner reads off json.JSONDecoder
+            strict = True
+            object_hook = None
+            object_pairs_hook = None
+            parse_float = float
+            parse_int = int
+
+            def parse_constant(name):
+                raise ValueError(f"{name} is not JSON")
+
+        scan = make_scanner(Context)
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        return json.loads, json.dumps
+
+    space = " \t\n\r"
+
+    def loads(data):
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        start = len(text) - len(text.lstrip(space))
+        try:
+            value, end = scan(text, start)
+            if not text[end:].strip(space):
+                return value
+        except Exception:  # the scanner's errors need json.decoder loaded
+            pass
+        import json
+
+        return json.loads(text)  # malformed: json says why
+
+    def dumps(record):
+        """A flat object of str, int, bool and None, as json.dumps writes it."""
+        items = []
+        for key, value in record.items():
+            if isinstance(value, str):
+                value = encode_basestring_ascii(value)
+            elif value is None or isinstance(value, bool):
+                value = {None: "null", True: "true", False: "false"}[value]
+            elif isinstance(value, int):
+                value = int.__repr__(value)
+            else:
+                raise TypeError(f"cannot encode {type(value).__name__}")
+            items.append(f"{encode_basestring_ascii(key)}: {value}")
+        return "{" + ", ".join(items) + "}"
+
+    return loads, dumps
+
+
+json_loads, json_dumps = json_codec()
 
 
 def note(message):
@@ -98,7 +162,7 @@ class RecordWriter:
             if self._stat_identity() != self._identity:
                 self._identity = None
                 return
-            data = memoryview((json.dumps(record) + "\n").encode("ascii"))
+            data = memoryview((json_dumps(record) + "\n").encode("ascii"))
             while data:
                 data = data[os.write(self._fd, data) :]
         except Exception:
@@ -226,7 +290,7 @@ def read_job():
     except OSError as exc:
         raise JobError(f"cannot read fd {JOB_FD}: {exc}") from None
     try:
-        job = json.loads(raw)
+        job = json_loads(raw)
     except ValueError as exc:
         raise JobError(f"not JSON: {exc}") from None
     if not isinstance(job, dict):
@@ -379,13 +443,20 @@ def run(job, records, saver):
                 pass
 
 
+# Modules the runner imports only when a run needs them (ast for
+# last_line_interactive, traceback for an uncaught exception): a warm jail
+# imports them ahead, with its pre-imports.
+LAZY_MODULES = ("ast", "traceback")
+
+
 def preimport():
-    """Import the modules named in JAILD_PREIMPORT (a warm jail, before any
-    user code exists), with fds 1 and 2 silenced: what imports print is not
-    the user's output. A module that fails here fails again, visibly, when
-    the user imports it."""
-    names = os.environ.pop("JAILD_PREIMPORT", "")
-    if not names:
+    """In a warm jail (JAILD_PREIMPORT set, possibly empty), before any user
+    code exists: import the runner's lazy modules and the comma-separated
+    modules JAILD_PREIMPORT names, with fds 1 and 2 silenced (what imports
+    print is not the user's output). A module that fails here fails again,
+    visibly, when the user imports it. Returns whether this is a warm jail."""
+    names = os.environ.pop("JAILD_PREIMPORT", None)
+    if names is None:
         return False
     import importlib
 
@@ -395,7 +466,7 @@ def preimport():
     os.dup2(devnull, 2)
     os.close(devnull)
     try:
-        for name in names.split(","):
+        for name in LAZY_MODULES + tuple(n for n in names.split(",") if n):
             try:
                 importlib.import_module(name)
             except Exception:
@@ -419,20 +490,22 @@ def apply_job_limits(job):
     higher ones). Lowering cannot fail; if it does, no user code runs."""
     os.environ.update(job.env)
     if job.rlimits:
-        import resource
-
         for name, (soft, hard) in job.rlimits.items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
 def fork_user_process():
-    """Fork the process that runs the user's code; return its pid (0 in it).
+    """Fork the process that will run the user's code; return its pid (0 in it).
 
     This process is pid 1 of the jail's pid namespace, and the kernel spares
     pid 1 from signals it has no handler for, even kill(SIGKILL) from inside:
     user code must not run as pid 1, or os.kill(os.getpid(), SIGKILL) and
     kill(-1, SIGKILL) would not end it. pid 1 also inherits orphans, which it
     reaps (see supervise).
+
+    The fork happens before the job is read, so that a warm jail has paid
+    for it (copying the page tables of the pre-imports) before a request
+    arrives; the child is the one that reads the job.
     """
     # Until the child restores it: a SIGINT from user code must not stop
     # the supervisor.
@@ -440,8 +513,6 @@ def fork_user_process():
     # Keep the cyclic GC off what exists now (the pre-imports, in a warm
     # jail): walking them in the child copies their pages and made a child's
     # exit ~4x slower (measured 233 ms vs 64 ms with numpy, pandas, pyplot).
-    import gc
-
     gc.freeze()
     pid = os.fork()
     if pid == 0:
@@ -468,30 +539,143 @@ def supervise(child, records):
     return os.waitstatus_to_exitcode(status)
 
 
-def main():
-    records = RecordWriter(RECORD_FD)
-    saver = FigureSaver(records)
-    prepare_matplotlib(saver)
-    if preimport():
-        records.emit({"type": "ready"})
+def exit_status(exc):
+    """The exit status the interpreter gives an uncaught SystemExit, with
+    its message on stderr as the interpreter prints it."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
 
+
+def shutdown():
+    """What the interpreter does at exit before it tears its modules down:
+    wait for non-daemon threads, run atexit callbacks, finalize the user's
+    globals (an unclosed file is flushed), flush stdio. Returns False when
+    stdout or stderr cannot be flushed (the interpreter then exits 120).
+
+    The teardown itself is skipped (the caller leaves with os._exit): in a
+    warm jail it would touch, and so copy, every page of the pre-imports
+    inherited from pid 1 (~60 ms for numpy, pandas and pyplot), and the
+    process ends with the jail anyway."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    # Files the user never closed keep what was written to them: the
+    # interpreter's module teardown would flush them (not always: io objects
+    # collected as one cycle can be closed bottom-up and lose their buffers).
+    # Only objects made after the fork are listed: the pre-imports are
+    # frozen (fork_user_process).
+    import io
+
+    writers = [o for o in gc.get_objects() if isinstance(o, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))]
+    writers.sort(key=lambda o: not isinstance(o, io.TextIOWrapper))  # text layers first
+    for f in writers:
+        try:
+            if not f.closed:
+                f.flush()
+        except Exception:
+            pass
+    del writers
+    # The user's module goes as it would at interpreter exit: collected
+    # whole, so that finalizers run while its globals are still there.
+    sys.modules.pop("__main__", None)
+    # Young objects only: the pre-imports are frozen (fork_user_process).
+    gc.collect()
+    flushed = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except Exception as exc:
+            flushed = False
+            if stream is sys.stdout:  # an error flushing stderr goes unsaid
+                report_unraisable(exc, "Exception ignored on flushing sys.stdout")
+    return flushed
+
+
+def report_unraisable(exc, message):
+    """Report an error nothing can catch, as the interpreter does at exit,
+    straight to fd 2."""
+    try:
+        import traceback
+
+        text = f"{message}:\n" + "".join(traceback.format_exception(exc))
+        os.write(2, text.encode("utf-8", "backslashreplace"))
+    except BaseException:
+        pass
+
+
+def run_user_process(records, saver):
+    """In the user's process: read the job, apply its limits, run it, and
+    leave the way a script would. Never returns."""
+    status, interrupted = 0, False
     try:
         job = read_job()
     except JobError as exc:
-        print(f"jaild runner: bad job: {exc}", file=sys.stderr)
-        return 2
-    child = fork_user_process()
-    if child:
-        return supervise(child, records)
+        print(f"jaild runner: bad job: {exc}", file=sys.stderr, flush=True)
+        os._exit(2)
     try:
         apply_job_limits(job)
     except (OSError, ValueError, AttributeError) as exc:
         print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
         os._exit(2)
     saver.configure(job.figures_dir, job.max_figures)
-    run(job, records, saver)
-    return 0
+    try:
+        run(job, records, saver)
+    except SystemExit as exc:
+        status = exit_status(exc)
+    except BaseException as exc:
+        # As the interpreter reports an uncaught exception (run() installed
+        # the hook that drops the runner's frames).
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            try:
+                sys.__excepthook__(type(exc), exc, exc.__traceback__)
+            except BaseException:
+                pass
+        status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+    if not shutdown():
+        status = 120
+    if interrupted:
+        # Like the interpreter: an uncaught KeyboardInterrupt ends the
+        # process by SIGINT.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status)
+
+
+def main():
+    records = RecordWriter(RECORD_FD)
+    saver = FigureSaver(records)
+    prepare_matplotlib(saver)
+    if preimport():
+        records.emit({"type": "ready"})
+    child = fork_user_process()
+    if child == 0:
+        run_user_process(records, saver)
+    try:
+        os.close(JOB_FD)  # the child's to read
+    except OSError:
+        pass
+    status = supervise(child, records)
+    # Nothing to finalize here, and tearing down the pre-imports would only
+    # delay the end of the jail.
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

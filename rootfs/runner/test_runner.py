@@ -289,6 +289,54 @@ class TestExit(RunnerTestCase):
         r = self.run_job("import sys\nsys.exit()\n")
         self.assertEqual((r.returncode, r.records), (0, []))
 
+    def test_exit_finalizes_like_the_interpreter(self):
+        # The user's process leaves without tearing the interpreter down,
+        # but what a script sees at exit still happens, in the same order.
+        r = self.run_job(
+            "import atexit, threading, time\n"
+            "class A:\n"
+            "    def __del__(self):\n"
+            "        print('finalized', X)\n"
+            "def late():\n"
+            "    time.sleep(0.2)\n"
+            "    print('thread')\n"
+            "X = 1\n"
+            "a = A()\n"
+            "f = open('unclosed.txt', 'w')\n"
+            "f.write('kept')\n"
+            "threading.Thread(target=late).start()\n"
+            "atexit.register(lambda: print('atexit'))\n"
+        )
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(r.stdout, "thread\natexit\nfinalized 1\n")
+        with open(os.path.join(self.workspace, "unclosed.txt")) as f:
+            self.assertEqual(f.read(), "kept")
+
+    def test_unclosed_file_without_cycles(self):
+        r = self.run_job("f = open('plain.txt', 'w')\nf.write('x' * 10)\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.workspace, "plain.txt")) as f:
+            self.assertEqual(f.read(), "x" * 10)
+
+    def test_stdout_flush_failure_at_exit(self):
+        r = self.run_job(
+            "import sys\n"
+            "class W:\n"
+            "    closed = False\n"
+            "    def write(self, s): pass\n"
+            "    def flush(self): raise OSError('no')\n"
+            "sys.stdout = W()\n"
+        )
+        self.assertEqual(r.returncode, 120)
+        self.assertIn("Exception ignored", r.stderr)
+        self.assertIn("OSError: no", r.stderr)
+
+    def test_sys_exit_large_and_negative(self):
+        for code, want in ((256 + 7, 7), (-1, 255)):
+            with self.subTest(code=code):
+                r = self.run_job(f"raise SystemExit({code})\n")
+                self.assertEqual(r.returncode, want)
+
     def test_malformed_job(self):
         for raw in (b"{not json", b"[]", json.dumps({"filename": "x.py"}).encode(),
                     json.dumps({"code": "1", "max_figures": True}).encode()):
@@ -395,6 +443,59 @@ class TestFigures(RunnerTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.strip().lower(), "agg")
 
+
+def load_runner_module():
+    spec = importlib.util.spec_from_file_location("jaild_runner", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestCodec(unittest.TestCase):
+    """The runner reads the job and writes records without the json module
+    (see json_codec); what it reads and writes must be json's."""
+
+    def setUp(self):
+        self.runner = load_runner_module()
+
+    def test_loads_matches_json(self):
+        for text in (
+            '{"code": "print(1)\\n", "env": {"A": "\\u00e9\\ud83d\\ude00"}, "rlimits": {"RLIMIT_AS": [1, 18446744073709551615]}}',
+            ' {"a": [true, false, null, -1.5e3, {}]} \n',
+            '"\\u003chtml\\u003e"',
+        ):
+            with self.subTest(text=text):
+                self.assertEqual(self.runner.json_loads(text.encode()), json.loads(text))
+
+    def test_loads_rejects_what_json_rejects(self):
+        for text in ("{not json", '{"a": 1} x', "", "[1,]", '{"a": "\\x"}'):
+            with self.subTest(text=text), self.assertRaises(ValueError):
+                self.runner.json_loads(text.encode())
+
+    def test_dumps_matches_json(self):
+        for record in (
+            {"type": "ready"},
+            {"type": "exception", "exc_type": "E", "message": "\u00e9\ud800\n\"\\<", "line": None},
+            {"type": "result", "repr": "x" * 10, "truncated": False},
+            {"type": "exit", "signal": 9, "big": 1 << 70, "flag": True},
+        ):
+            with self.subTest(record=record):
+                self.assertEqual(self.runner.json_dumps(record), json.dumps(record))
+
+
+class TestStartup(RunnerTestCase):
+    def test_startup_imports_stay_light(self):
+        # What the runner imports before the user's code is paid by every
+        # cold run; json, re, enum and signal together cost ~13 ms. Only
+        # what the modules the runner needs pull in may be there.
+        heavy = {"json", "re", "enum", "signal"}
+        probe = "import sys; print(sorted(%r & set(sys.modules)))" % heavy
+        needed = subprocess.run(
+            [sys.executable, "-s", "-B", "-c", "import builtins, gc, linecache, os, types; " + probe],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        r = self.run_job(probe + "\n")
+        self.assertEqual((r.returncode, r.stdout), (0, needed), r.stderr)
 
 if __name__ == "__main__":
     unittest.main()
