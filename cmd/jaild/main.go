@@ -83,6 +83,7 @@ func run() error {
 		Network:  netm,
 		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: log,
+		FavorDynmods: cfg.CgroupFavorDynmods,
 		Pool: jail.PoolConfig{
 			Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport,
 			MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,

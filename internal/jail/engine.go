@@ -48,6 +48,10 @@ type Config struct {
 	// Network gives runs that ask for it egress; nil: no run has it. Its
 	// MaxSlots must be at least MaxJails. The engine does not close it.
 	Network *egress.Manager
+	// FavorDynmods sets the host's cgroup option favordynmods at start
+	// (see favorDynmods): a jail starts ~10 ms sooner. Failing to set it
+	// is logged, not fatal.
+	FavorDynmods bool
 }
 
 // emptyDir, in RunDir, is the empty second layer of every jail's root.
@@ -158,6 +162,14 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	if cgroups.IsCgroup2UnifiedMode() {
 		if e.v2Base, err = prepareCgroupV2(); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.FavorDynmods {
+		switch where, err := favorDynmods(); {
+		case err != nil:
+			e.log.Warn("cannot set cgroup favordynmods; every jail's start waits for an RCU grace period", "err", err)
+		case where != "":
+			e.log.Info("set cgroup favordynmods: moving a jail's first process into its cgroups no longer waits for an RCU grace period", "hierarchy", where)
 		}
 	}
 	e.sweep()
