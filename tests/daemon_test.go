@@ -226,13 +226,24 @@ func TestWarmPoolDaemon(t *testing.T) {
 	ready := func() bool {
 		var info api.Info
 		d.call(t, "GET", "/v1/info", nil, &info)
-		return info.Pool.Size == 1 && info.Pool.Ready == 1 && len(info.Pool.Preimport) > 0
+		p := info.Pool
+		return p.Size == 1 && p.Ready == 1 && p.PlainSize == 1 && p.PlainReady == 1 && len(p.Preimport) > 0
 	}
-	for i := range 3 {
-		waitFor(t, 60*time.Second, "a warm jail", ready)
+	// Code that imports a pre-import is served by a preloaded jail, other
+	// code by a plain one (which imported nothing of the user's).
+	for i, c := range []struct {
+		code, stdout string
+		line         int
+	}{
+		{"import sys\nprint('pandas' in sys.modules)\nimport pandas\nraise ValueError('x')", "True\n", 4},
+		{"import sys\nprint('pandas' in sys.modules)\nraise ValueError('x')", "False\n", 3},
+		{"import sys; print('pandas' in sys.modules); import pandas as pd\nraise ValueError('x')", "True\n", 2},
+	} {
+		waitFor(t, 60*time.Second, "a full warm pool", ready)
 		var r api.ExecuteResponse
-		d.call(t, "POST", "/v1/execute", `{"code":"import sys\nprint('pandas' in sys.modules)\nraise ValueError('x')"}`, &r)
-		if r.Status != "error" || r.Stdout != "True\n" || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != 3 {
+		body, _ := json.Marshal(map[string]string{"code": c.code})
+		d.call(t, "POST", "/v1/execute", string(body), &r)
+		if r.Status != "error" || r.Stdout != c.stdout || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != c.line {
 			t.Errorf("warm run %d: %+v", i, r)
 		}
 	}

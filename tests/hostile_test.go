@@ -97,7 +97,8 @@ type hostile struct {
 	netTable, netPrefix string
 }
 
-// hostilePool is the hostile daemon's warm pool size (the shipped default).
+// hostilePool is the hostile daemon's warm pool size, preloaded and plain
+// (the shipped defaults).
 const hostilePool = 2
 
 // hostileMemLimit is the hostile daemon's GOMEMLIMIT.
@@ -231,7 +232,7 @@ func (h *hostile) waitPoolFull(t *testing.T) {
 	t.Helper()
 	waitFor(t, 90*time.Second, "the warm pool to fill", func() bool {
 		p := h.info(t).Pool
-		return p.Ready >= p.Size
+		return p.Ready >= p.Size && p.PlainReady >= p.PlainSize
 	})
 }
 
@@ -387,15 +388,15 @@ func (d *daemon) launch(env []string) error {
 	}
 }
 
-var poolSizeKey = regexp.MustCompile(`(?m)^size = .*$`)
+var poolSizeKey = regexp.MustCompile(`(?m)^(plain_)?size = .*$`)
 
-// setPoolSize sets [pool] size, whether or not the harness's configuration
-// has a [pool] table.
+// setPoolSize sets [pool] size and plain_size, whether or not the
+// harness's configuration has a [pool] table.
 func setPoolSize(cfg string, n int) string {
 	if strings.Contains(cfg, "\n[pool]\n") {
-		return poolSizeKey.ReplaceAllLiteralString(cfg, fmt.Sprintf("size = %d", n))
+		return poolSizeKey.ReplaceAllString(cfg, fmt.Sprintf("${1}size = %d", n))
 	}
-	return cfg + fmt.Sprintf("[pool]\nsize = %d\n", n)
+	return cfg + fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", n, n)
 }
 
 // setKeys sets TOML keys (each present once in the test configuration).

@@ -100,7 +100,7 @@ func writeConfigPool(dir, extra string, pool int) (string, error) {
 	// start-up sweep would take the others' jails for leftovers.
 	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\n",
 		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig +
-		fmt.Sprintf("[pool]\nsize = %d\n", pool)
+		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", pool, pool)
 	p := filepath.Join(dir, "jaild.toml")
 	return p, os.WriteFile(p, []byte(cfg), 0o644)
 }
@@ -113,8 +113,9 @@ func startDaemon(activator string, extra string) (*daemon, error) {
 	return startDaemonPool(activator, extra, 0)
 }
 
-// startDaemonPool is startDaemon with a warm pool of pool jails (the other
-// test daemons have none, so that their jails are exactly their runs').
+// startDaemonPool is startDaemon with a warm pool of pool preloaded and
+// pool plain jails (the other test daemons have none, so that their jails
+// are exactly their runs').
 func startDaemonPool(activator string, extra string, pool int) (*daemon, error) {
 	dir, err := os.MkdirTemp("", "jd")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -56,6 +57,12 @@ func writeInfo(e *env, info *api.Info) {
 	row("cgroup mode:", "%s", info.CgroupMode)
 	row("seccomp:", "%s (default action %s, %d rules)", info.Seccomp.Profile, info.Seccomp.DefaultAction, info.Seccomp.Rules)
 	row("capacity:", "%d/%d running, %d/%d queued", info.Capacity.Running, info.Capacity.MaxConcurrent, info.Capacity.Queued, info.Capacity.QueueSize)
+	p := info.Pool
+	pool := fmt.Sprintf("%d/%d plain ready, %d/%d preloaded ready (%s)", p.PlainReady, p.PlainSize, p.Ready, p.Size, strings.Join(p.Preimport, ", "))
+	if p.Paused {
+		pool += ", paused: host memory is low"
+	}
+	row("warm pool:", "%s", pool)
 	quota := "unlimited"
 	if q := info.Caller.QuotaRemaining; q != nil {
 		quota = fmt.Sprintf("%d runs remaining", *q)

@@ -85,7 +85,7 @@ func run() error {
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: log,
 		FavorDynmods: cfg.CgroupFavorDynmods,
 		Pool: jail.PoolConfig{
-			Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport,
+			Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
 			MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
 			// Warm jails can serve any request within the callers' maxima.
 			Limits: server.EngineLimits(cfg.Maxima),

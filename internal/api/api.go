@@ -171,12 +171,16 @@ type NetworkInfo struct {
 }
 
 // PoolInfo describes the warm pool: jails started ahead of requests (each
-// still single-use) whose runner has imported Preimport.
+// still single-use). Preloaded ones (Size, Ready) have imported Preimport
+// and serve code that imports one of those packages; plain ones serve the
+// rest.
 type PoolInfo struct {
-	Size      int      `json:"size"`
-	Ready     int      `json:"ready"`
-	Preimport []string `json:"preimport"`
-	Paused    bool     `json:"paused"` // host memory pressure
+	Size       int      `json:"size"`
+	Ready      int      `json:"ready"`
+	Preimport  []string `json:"preimport"`
+	PlainSize  int      `json:"plain_size"`
+	PlainReady int      `json:"plain_ready"`
+	Paused     bool     `json:"paused"` // host memory pressure
 }
 
 // RootfsInfo summarises the rootfs manifest.

@@ -99,8 +99,9 @@ type Network struct {
 
 // Pool configures the warm pool of jails created ahead of requests.
 type Pool struct {
-	Size           int      `toml:"size"` // 0 disables it
+	Size           int      `toml:"size"` // jails that imported preimport; 0: none
 	Preimport      []string `toml:"preimport"`
+	PlainSize      int      `toml:"plain_size"`       // jails that imported nothing; 0: none
 	MinAvailableMB int64    `toml:"min_available_mb"` // 0: 10% of the host's memory
 }
 
@@ -152,7 +153,7 @@ func Default() Config {
 			RatePerMinute: 120, Burst: 30, DailyQuota: 10_000,
 		},
 		Audit: Audit{CodeDir: "/var/lib/jaild/audit", MaxCodeBytes: 64 << 10, Retention: Duration{7 * 24 * time.Hour}},
-		Pool:  Pool{Size: 2, Preimport: []string{"numpy", "pandas", "matplotlib.pyplot"}},
+		Pool:  Pool{Size: 2, Preimport: []string{"numpy", "pandas", "matplotlib.pyplot"}, PlainSize: 2},
 		Network: Network{
 			AllowGroup: "jaild-network", AllowHosts: []string{}, Subnet: "10.231.0.0/16", DNS: []string{}, Deny: []string{}, MaxConnections: 64,
 			MaxBytesPerSecond: 10 << 20, Table: "jaild", InterfacePrefix: "jd",
@@ -258,7 +259,10 @@ func (c *Config) Validate() error {
 		bad("audit.code_dir", "must be an absolute path when audit.keep_code is set")
 	}
 	if c.Pool.Size < 0 || c.Pool.Size > 64 {
-		bad("pool.size", "must be in 0..64 (0: no warm pool)")
+		bad("pool.size", "must be in 0..64 (0: no preloaded warm jails)")
+	}
+	if c.Pool.PlainSize < 0 || c.Pool.PlainSize > 64 {
+		bad("pool.plain_size", "must be in 0..64 (0: no plain warm jails)")
 	}
 	for i, m := range c.Pool.Preimport {
 		if !moduleName.MatchString(m) {

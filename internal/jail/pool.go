@@ -5,27 +5,41 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 	"golang.org/x/sys/unix"
 )
 
 // PoolConfig configures the warm pool: jails created ahead of requests,
 // each still single-use. A warm jail is the same jail as a cold one (same
-// namespaces, filter, mounts, limits); it only started earlier, and its
-// runner imported Preimport before any user code existed. When a request
-// takes it, the engine sets the request's cgroup limits and workspace size
-// and writes its files, and the runner lowers its rlimits to the request's
-// before the code runs. A request a warm jail cannot honour uses a cold one.
+// namespaces, filter, mounts, limits); it only started earlier: its runner
+// has started Python, imported its own modules and, in a preloaded jail,
+// Preimport, then forked the process that will run the user's code, which
+// waits for its job. When a request takes it, the engine sets the
+// request's cgroup limits and workspace size and writes its files, and the
+// runner lowers its rlimits to the request's before the code runs. A
+// request a warm jail cannot honour uses a cold one.
+//
+// There are two kinds. Preloaded jails (Size) serve code that imports one
+// of Preimport's packages; plain jails (PlainSize) serve the rest, so that
+// a print(1) does not use up a jail that cost a pandas import. The choice
+// reads the code's import statements (importsAny); a wrong guess costs
+// time, never isolation.
 type PoolConfig struct {
-	// Size is how many warm jails to keep ready; 0 disables the pool.
+	// Size is how many preloaded jails to keep ready; 0: none.
 	Size int
-	// Preimport are modules the runner imports while it waits.
+	// Preimport are modules a preloaded jail's runner imports.
 	Preimport []string
+	// PlainSize is how many plain jails to keep ready; 0: none (then
+	// preloaded jails serve every request).
+	PlainSize int
 	// Limits are what warm jails are created with: the most a request can
 	// ask for and still be served warm (usually the callers' maxima).
 	Limits Limits
@@ -36,26 +50,40 @@ type PoolConfig struct {
 
 // PoolStats describes the pool for /v1/info.
 type PoolStats struct {
-	Size      int
-	Ready     int
-	Preimport []string
-	Paused    bool // under memory pressure
+	Size, Ready           int // preloaded jails
+	PlainSize, PlainReady int
+	Preimport             []string
+	Paused                bool // under memory pressure
 }
+
+// The kinds of warm jail.
+const (
+	preloaded = iota
+	plain
+	kinds
+)
 
 type pool struct {
 	e     *Engine
 	cfg   PoolConfig
+	size  [kinds]int
+	tops  map[string]bool // top-level packages of Preimport
 	wake  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
 	mu    sync.Mutex
-	ready []*box
+	ready [kinds][]*box
 	pause bool
 }
 
 func newPool(e *Engine, cfg PoolConfig) *pool {
-	pl := &pool{e: e, cfg: cfg, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if cfg.Size > 0 {
+	pl := &pool{e: e, cfg: cfg, size: [kinds]int{cfg.Size, cfg.PlainSize}, tops: map[string]bool{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	for _, m := range cfg.Preimport {
+		top, _, _ := strings.Cut(m, ".")
+		pl.tops[top] = true
+	}
+	if cfg.Size+cfg.PlainSize > 0 {
 		go pl.loop()
 	} else {
 		close(pl.done)
@@ -66,7 +94,7 @@ func newPool(e *Engine, cfg PoolConfig) *pool {
 // take returns a ready warm jail that can serve req, or nil. Warm jails
 // have loopback only: a run with egress gets a jail made for it.
 func (pl *pool) take(req *Request) (*box, bool) {
-	if pl == nil || pl.cfg.Size == 0 || req.Command != nil || req.Network != nil || !fitsUnder(req.Limits, pl.cfg.Limits) {
+	if pl == nil || pl.size == [kinds]int{} || req.Command != nil || req.Network != nil || !fitsUnder(req.Limits, pl.cfg.Limits) {
 		return nil, false
 	}
 	for k := range req.Env {
@@ -74,22 +102,57 @@ func (pl *pool) take(req *Request) (*box, bool) {
 			return nil, false
 		}
 	}
+	// Code that imports a pre-import is best served preloaded, else plain
+	// (the import then happens in the run). Other code takes a plain jail
+	// only, unless there are none: then preloaded jails serve everything.
+	order := []int{plain}
+	switch {
+	case len(pl.tops) > 0 && importsAny(req.Code, pl.tops):
+		order = []int{preloaded, plain}
+	case pl.size[plain] == 0 || len(pl.tops) == 0:
+		order = []int{plain, preloaded}
+	}
 	defer pl.kick()
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	for len(pl.ready) > 0 {
-		b := pl.ready[0]
-		pl.ready = pl.ready[1:]
-		select {
-		case <-b.exited: // died while waiting (e.g. a failed pre-import)
-			pl.e.teardowns.Go(func() { pl.e.destroy(b) })
-			continue
-		default:
+	for _, kind := range order {
+		for len(pl.ready[kind]) > 0 {
+			b := pl.ready[kind][0]
+			pl.ready[kind] = pl.ready[kind][1:]
+			select {
+			case <-b.exited: // died while waiting
+				pl.e.teardowns.Go(func() { pl.e.destroy(b) })
+				continue
+			default:
+			}
+			return b, true
 		}
-		return b, true
 	}
 	return nil, false
 }
+
+// importsAny reports whether code has an import statement naming one of
+// the top-level packages in tops (import a.b as c, d / from a.b import c).
+// It reads text, not Python: a package imported through __import__ or
+// importlib is missed, and an import in a string or comment counts. Either
+// way the run is as isolated, only slower or faster.
+func importsAny(code string, tops map[string]bool) bool {
+	for _, m := range importRE.FindAllStringSubmatch(code, -1) {
+		for _, name := range strings.Split(m[1], ",") {
+			name = strings.TrimSpace(name)
+			name, _, _ = strings.Cut(name, " ")
+			top, _, _ := strings.Cut(name, ".")
+			if tops[top] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// importRE matches an import or from statement at the start of a line or
+// after ; or : and captures the module list (for from, the one module).
+var importRE = regexp.MustCompile(`(?m)(?:^|[;:])[ \t]*(?:import|from)[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)`)
 
 func (pl *pool) kick() {
 	select {
@@ -104,10 +167,15 @@ func (pl *pool) stats() PoolStats {
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	return PoolStats{Size: pl.cfg.Size, Ready: len(pl.ready), Preimport: pl.cfg.Preimport, Paused: pl.pause}
+	return PoolStats{
+		Size: pl.size[preloaded], Ready: len(pl.ready[preloaded]),
+		PlainSize: pl.size[plain], PlainReady: len(pl.ready[plain]),
+		Preimport: pl.cfg.Preimport, Paused: pl.pause,
+	}
 }
 
-// loop keeps Size jails ready, one creation at a time, pausing and
+// loop keeps the pool full, one creation at a time (the kind furthest
+// below its size first, plain on a tie: it is the cheaper), pausing and
 // dropping idle jails under memory pressure.
 func (pl *pool) loop() {
 	defer close(pl.done)
@@ -119,16 +187,31 @@ func (pl *pool) loop() {
 		pl.pause = pressure
 		var drop []*box
 		if pressure {
-			drop, pl.ready = pl.ready, nil
+			for k := range pl.ready {
+				drop = append(drop, pl.ready[k]...)
+				pl.ready[k] = nil
+			}
 		}
-		need := pl.cfg.Size - len(pl.ready)
+		kind, need := plain, 0.0
+		for k := kinds - 1; k >= 0; k-- {
+			if pl.size[k] == 0 {
+				continue
+			}
+			if n := float64(pl.size[k]-len(pl.ready[k])) / float64(pl.size[k]); n > need {
+				kind, need = k, n
+			}
+		}
 		pl.mu.Unlock()
 		for _, b := range drop {
 			pl.e.destroy(b)
 		}
 		if !pressure && need > 0 {
-			b, err := pl.e.create(pl.cfg.Limits, nil, nil, nil, pl.cfg.Preimport, nil)
-			if err == nil && len(pl.cfg.Preimport) > 0 { // the runner says ready after importing
+			var preimport []string
+			if kind == preloaded {
+				preimport = pl.cfg.Preimport
+			}
+			b, err := pl.e.create(spawn{limits: pl.cfg.Limits, warm: true, preimport: preimport})
+			if err == nil {
 				if err = awaitReady(b); err != nil {
 					pl.e.destroy(b)
 				}
@@ -137,7 +220,7 @@ func (pl *pool) loop() {
 				pl.e.log.Error("warm pool: create jail", "err", err)
 			} else {
 				pl.mu.Lock()
-				pl.ready = append(pl.ready, b)
+				pl.ready[kind] = append(pl.ready[kind], b)
 				pl.mu.Unlock()
 				continue // more may be needed
 			}
@@ -156,8 +239,8 @@ func (pl *pool) loop() {
 const readyTimeout = 2 * time.Minute
 
 // awaitReady waits for the runner's {"type":"ready"} record: only a jail
-// whose pre-imports are done is ready (its memory use is then known, and a
-// request's lower memory limit cannot hit the pre-imports).
+// whose imports are done is ready (its memory use is then known, and a
+// request's lower memory limit cannot hit the imports).
 func awaitReady(b *box) error {
 	if err := b.p.recR.SetReadDeadline(time.Now().Add(readyTimeout)); err != nil {
 		return err
@@ -193,10 +276,12 @@ func (pl *pool) close() {
 	<-pl.done
 	pl.mu.Lock()
 	ready := pl.ready
-	pl.ready = nil
+	pl.ready = [kinds][]*box{}
 	pl.mu.Unlock()
-	for _, b := range ready {
-		pl.e.destroy(b)
+	for _, list := range ready {
+		for _, b := range list {
+			pl.e.destroy(b)
+		}
 	}
 }
 
@@ -240,35 +325,39 @@ func meminfo() (total, avail uint64) {
 // peak-memory counter, the workspace size, and the request's files.
 func (e *Engine) fit(b *box, req *Request) error {
 	l := req.Limits
-	state, err := b.c.State()
-	if err != nil {
-		return err
-	}
-	paths := state.CgroupPaths
 	// The user's process is a fork of the runner: when its objects are
 	// touched (refcounts, and at the latest at interpreter exit) their
 	// anonymous pages are copied, so they may come to count twice. (File
 	// pages, the bulk of what imports map, are shared and reclaimable.)
-	anon := keyed(filepath.Join(paths["memory"], "memory.stat"), "rss")
-	if cgroups.IsCgroup2UnifiedMode() {
-		anon = keyed(filepath.Join(paths[""], "memory.stat"), "anon")
+	v2 := cgroups.IsCgroup2UnifiedMode()
+	anon := keyed(filepath.Join(b.cgroups["memory"], "memory.stat"), "rss")
+	if v2 {
+		anon = keyed(filepath.Join(b.cgroups[""], "memory.stat"), "anon")
 	}
 	const headroom = 64 << 20
 	if 2*anon+headroom > uint64(l.MemoryBytes) {
 		return fmt.Errorf("warm jail holds %d anonymous bytes; a request allowing %d could run out copying them", anon, l.MemoryBytes)
 	}
-	cfg := b.c.Config()
-	cg := *cfg.Cgroups
-	res := *cg.Resources
-	res.Memory, res.MemorySwap, res.PidsLimit = l.MemoryBytes, l.MemoryBytes, &l.Pids
-	cg.Resources = &res
-	cfg.Cgroups = &cg
-	if err := b.c.Set(cfg); err != nil {
-		return fmt.Errorf("set cgroup limits: %w", err)
-	}
-	if !cgroups.IsCgroup2UnifiedMode() {
-		// The pre-imports' peak is not the run's.
-		_ = cgroups.WriteFile(paths["memory"], "memory.max_usage_in_bytes", "0")
+	// Straight to the two controllers: the container's Set would rewrite
+	// every controller and its state file (~0.5 ms of the warm path).
+	r := &cgroups.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, PidsLimit: &l.Pids, SkipDevices: true}
+	if v2 {
+		m, err := fs2.NewManager(&cgroups.Cgroup{Resources: r}, b.cgroups[""])
+		if err == nil {
+			err = m.Set(r)
+		}
+		if err != nil {
+			return fmt.Errorf("set cgroup limits: %w", err)
+		}
+	} else {
+		if err := (&fs.MemoryGroup{}).Set(b.cgroups["memory"], r); err != nil {
+			return fmt.Errorf("set cgroup memory limit: %w", err)
+		}
+		if err := (&fs.PidsGroup{}).Set(b.cgroups["pids"], r); err != nil {
+			return fmt.Errorf("set cgroup pids limit: %w", err)
+		}
+		// The imports' peak is not the run's.
+		_ = cgroups.WriteFile(b.cgroups["memory"], "memory.max_usage_in_bytes", "0")
 	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d", l.WorkspaceBytes, l.WorkspaceInodes)
 	if err := unix.Mount("", b.runDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {

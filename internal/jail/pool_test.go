@@ -11,8 +11,14 @@ import (
 	"time"
 )
 
-// newPoolEngine starts a second engine whose pool keeps one warm jail.
+// newPoolEngine starts a second engine whose pool keeps one warm jail
+// that imported numpy and pandas.
 func newPoolEngine(t *testing.T) *Engine {
+	t.Helper()
+	return newPoolEngineWith(t, PoolConfig{Size: 1, Preimport: []string{"numpy", "pandas"}})
+}
+
+func newPoolEngineWith(t *testing.T, pc PoolConfig) *Engine {
 	t.Helper()
 	runDir, err := os.MkdirTemp("", "jaild-pool-test-") // t.TempDir's parent is 0700
 	if err != nil {
@@ -20,13 +26,13 @@ func newPoolEngine(t *testing.T) *Engine {
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
 	profile, _ := filepath.Abs("../../seccomp-profiles/default.json")
-	limits := DefaultLimits()
-	limits.Timeout = 60 * time.Second
-	limits.MemoryBytes = 1 << 30
+	pc.Limits = DefaultLimits()
+	pc.Limits.Timeout = 60 * time.Second
+	pc.Limits.MemoryBytes = 1 << 30
 	e, err := New(Config{
 		ImageDir: testEngine.cfg.ImageDir, SeccompProfile: profile, RunDir: runDir,
 		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: 2_000_000_000,
-		Pool: PoolConfig{Size: 1, Preimport: []string{"numpy", "pandas"}, Limits: limits},
+		Pool: pc,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +54,13 @@ func newPoolEngine(t *testing.T) *Engine {
 	return e
 }
 
-// runWarm waits for a warm jail, runs code in it and insists it was warm.
+// runWarm waits for a full pool, runs code in it and insists it was warm.
 func runWarm(t *testing.T, e *Engine, code string, opts ...func(*Request)) *Result {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); e.PoolStats().Ready == 0; time.Sleep(20 * time.Millisecond) {
+	full := func() bool { s := e.PoolStats(); return s.Ready == s.Size && s.PlainReady == s.PlainSize }
+	for deadline := time.Now().Add(60 * time.Second); !full(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the pool never had a warm jail ready")
+			t.Fatalf("the pool never filled up: %+v", e.PoolStats())
 		}
 	}
 	req := &Request{Code: code, Limits: DefaultLimits()}
@@ -136,6 +143,41 @@ print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.env
 	e.Idle()
 	if n := strings.Count(strings.Join(stateDirs(e), ","), ","); n > 1 {
 		t.Errorf("more jails alive than the pool's one: %v", stateDirs(e))
+	}
+}
+
+// Code that imports a pre-import is served by a preloaded jail, other code
+// by a plain one, and both kinds imported the runner's lazy modules.
+func TestJailWarmPoolKinds(t *testing.T) {
+	e := newPoolEngineWith(t, PoolConfig{Size: 1, PlainSize: 1, Preimport: []string{"numpy.linalg"}})
+	if s := e.PoolStats(); s.Size != 1 || s.PlainSize != 1 {
+		t.Fatalf("stats: %+v", s)
+	}
+	const probe = "import sys\nprint(sorted({'numpy', 'ast', 'traceback'} & set(sys.modules)))\n"
+	for _, c := range []struct{ name, code, want string }{
+		{"plain", probe, "['ast', 'traceback']\n"},
+		{"preloaded", probe + "if 0: import numpy as np\n", "['ast', 'numpy', 'traceback']\n"},
+		{"preloaded (from)", probe + "x = 1; from numpy import linalg\n", "['ast', 'numpy', 'traceback']\n"},
+	} {
+		res := runWarm(t, e, c.code)
+		if res.Status != StatusOK || string(res.Stdout) != c.want {
+			t.Errorf("%s: %s %q, want %q; %s", c.name, res.Status, res.Stdout, c.want, res.Stderr)
+		}
+	}
+	// With the plain jail taken, other code runs cold rather than use up
+	// the preloaded one.
+	for e.PoolStats().PlainReady+e.PoolStats().Ready < 2 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if res := runWarm(t, e, "print(1)"); res.Status != StatusOK {
+		t.Fatal(res.Status)
+	}
+	res, err := e.Run(context.Background(), &Request{Code: probe, Limits: DefaultLimits()})
+	if err != nil || res.Warm || string(res.Stdout) != "[]\n" {
+		t.Errorf("with the plain jail taken: warm %v %q %v; want a cold run", res != nil && res.Warm, res.Stdout, err)
+	}
+	if s := e.PoolStats(); s.Ready != 1 {
+		t.Errorf("the preloaded jail was used: %+v", s)
 	}
 }
 

@@ -54,6 +54,7 @@ type box struct {
 	idBase     uint32 // host id of the jail's uid 0
 	limits     Limits // what the jail was created with
 	c          *libcontainer.Container
+	cgroups    map[string]string // the jail's cgroup directories by controller ("" on v2)
 	proc       *libcontainer.Process
 	p          *pipes
 	net        *egress.Run // nil: loopback only
@@ -65,11 +66,24 @@ type exit struct {
 	err error
 }
 
-// create makes a jail and starts its first process: the runner (waiting
-// for its job on fd 3, after importing preimport) or req.Command. Files
-// are written into the workspace before the process starts. On error
-// nothing is left behind.
-func (e *Engine) create(l Limits, env map[string]string, command []string, files []File, preimport []string, network *Network) (_ *box, retErr error) {
+// spawn is what a jail is created with.
+type spawn struct {
+	limits  Limits
+	env     map[string]string
+	command []string // nil: the runner
+	files   []File
+	// warm: a pool's jail. Its runner imports its own lazy modules and
+	// preimport, says ready, and waits for its job.
+	warm      bool
+	preimport []string
+	network   *Network
+}
+
+// create makes a jail and starts its first process: the runner, waiting
+// for its job on fd 3, or sp.command. Files are written into the workspace
+// before the process starts. On error nothing is left behind.
+func (e *Engine) create(sp spawn) (_ *box, retErr error) {
+	l, command := sp.limits, sp.command
 	b := &box{id: NewID(), limits: l, exited: make(chan exit, 1)}
 	b.runDir = filepath.Join(e.runsDir, b.id)
 	var err error
@@ -86,14 +100,14 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 			e.destroy(b)
 		}
 	}()
-	if err := writeFiles(filepath.Join(b.runDir, "work"), files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
+	if err := writeFiles(filepath.Join(b.runDir, "work"), sp.files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
 		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
 	}
-	if network != nil {
+	if sp.network != nil {
 		if e.cfg.Network == nil {
 			return nil, fmt.Errorf("%w: network egress is not enabled", ErrInvalid)
 		}
-		if b.net, err = e.cfg.Network.Setup(b.slot, b.runDir, network.Allow); err != nil {
+		if b.net, err = e.cfg.Network.Setup(b.slot, b.runDir, sp.network.Allow); err != nil {
 			return nil, err
 		}
 		conf := "nameserver " + b.net.Nameserver().String() + "\noptions timeout:2 attempts:2\n"
@@ -112,11 +126,11 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 		return nil, err
 	}
 	args := command
-	envList := environ(l, env)
+	envList := environ(l, sp.env)
 	if args == nil {
 		args = []string{pythonPath, "-s", "-B", e.image.Manifest.Runner}
-		if len(preimport) > 0 {
-			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(preimport, ","))
+		if sp.warm {
+			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(sp.preimport, ","))
 		}
 	}
 	b.proc = &libcontainer.Process{
@@ -137,6 +151,11 @@ func (e *Engine) create(l Limits, env map[string]string, command []string, files
 	if err := b.c.Run(b.proc); err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
+	state, err := b.c.State()
+	if err != nil {
+		return nil, fmt.Errorf("jail state: %w", err)
+	}
+	b.cgroups = state.CgroupPaths
 	b.p.closeChildEnds()
 	go func() { ps, err := b.proc.Wait(); b.exited <- exit{ps, err} }()
 	return b, nil
@@ -198,7 +217,8 @@ func (e *Engine) Run(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if b == nil {
 		var err error
-		if b, err = e.create(req.Limits, req.Env, req.Command, req.Files, nil, req.Network); err != nil {
+		sp := spawn{limits: req.Limits, env: req.Env, command: req.Command, files: req.Files, network: req.Network}
+		if b, err = e.create(sp); err != nil {
 			return nil, err
 		}
 	}
@@ -223,7 +243,7 @@ func (e *Engine) execute(ctx context.Context, b *box, req *Request) (*Result, er
 	stdout := &capture{limit: req.Limits.OutputBytes, onOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &capture{limit: req.Limits.OutputBytes, onOverflow: stdout.onOverflow}
 	records := &capture{limit: maxRecordBytes}
-	base := readCgroupStats(b.c)
+	base := readCgroupStats(b.cgroups)
 	var readers sync.WaitGroup
 	readers.Go(func() { stdout.readFrom(p.stdoutR) })
 	readers.Go(func() { stderr.readFrom(p.stderrR) })
@@ -276,7 +296,7 @@ wait:
 		u := b.net.Usage()
 		res.Network = &u
 	}
-	st := readCgroupStats(b.c)
+	st := readCgroupStats(b.cgroups)
 	res.CPUTime = st.cpu - base.cpu
 	res.PeakMemoryBytes = st.peak
 	res.OOMKilled = st.oomKills > base.oomKills
@@ -503,13 +523,8 @@ type cgroupStats struct {
 // readCgroupStats reads CPU time, peak memory and the OOM-kill count
 // straight from the run's cgroup files (cheaper than a full Stats call, and
 // the OOM count is not in it).
-func readCgroupStats(c *libcontainer.Container) cgroupStats {
+func readCgroupStats(paths map[string]string) cgroupStats {
 	var st cgroupStats
-	state, err := c.State()
-	if err != nil {
-		return st
-	}
-	paths := state.CgroupPaths
 	if dir := paths[""]; cgroups.IsCgroup2UnifiedMode() {
 		st.cpu = time.Duration(keyed(filepath.Join(dir, "cpu.stat"), "usage_usec")) * time.Microsecond
 		st.peak = single(filepath.Join(dir, "memory.peak"))

@@ -42,7 +42,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		info.Network.MaxConnections, info.Network.MaxBytesPerSecond = n.MaxConnections, n.MaxBytesPerSecond
 	}
 	ps := s.engine.PoolStats()
-	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, Paused: ps.Paused}
+	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, PlainSize: ps.PlainSize, PlainReady: ps.PlainReady, Paused: ps.Paused}
 	if info.Pool.Preimport == nil {
 		info.Pool.Preimport = []string{}
 	}
