@@ -489,7 +489,8 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 	h.mu.Lock()
 	ids := append([]string(nil), h.runIDs...)
 	h.mu.Unlock()
-	pool := h.info(t).Pool.Size
+	pool := h.info(t).Pool
+	poolSize := pool.Size + pool.PlainSize
 	h.d.client.CloseIdleConnections()
 	cur := &snapshot{}
 	var why string
@@ -509,8 +510,8 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			}
 		}
 		// 2. No jails but the pool's, and nothing outside a live jail.
-		if len(live) > pool {
-			why = fmt.Sprintf("%d jails alive, the pool holds at most %d", len(live), pool)
+		if len(live) > poolSize {
+			why = fmt.Sprintf("%d jails alive, the pool holds at most %d", len(live), poolSize)
 			return false
 		}
 		if bad := h.jailProcsOutside(); len(bad) > 0 {

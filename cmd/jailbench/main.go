@@ -18,8 +18,8 @@ func main() {
 	flag.StringVar(&cfg.Jaild, "jaild", "bin/jaild", "jaild binary")
 	flag.StringVar(&cfg.ImageDir, "image", "/var/cache/jaild/rootfs/current", "rootfs image directory")
 	flag.StringVar(&cfg.Profile, "seccomp-profile", "seccomp-profiles/default.json", "seccomp profile")
-	flag.IntVar(&cfg.Iter, "n", 30, "sequential runs per latency figure")
-	flag.IntVar(&cfg.PoolSize, "pool", 2, "warm jails in the warm daemon's pool")
+	flag.IntVar(&cfg.Iter, "n", 50, "sequential runs per latency figure")
+	flag.IntVar(&cfg.PoolSize, "pool", 2, "warm jails of each kind (plain, preloaded) in the warm daemon's pool")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
 	flag.Parse()
 	for _, p := range []*string{&cfg.Jaild, &cfg.Profile} {

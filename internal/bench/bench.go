@@ -64,14 +64,15 @@ type Throughput struct {
 
 // Report is the result of a run.
 type Report struct {
-	When              string       `json:"when"`
-	Host              string       `json:"host"`
-	Iterations        int          `json:"iterations"`
-	Latency           []Row        `json:"latency"`
-	Throughput        []Throughput `json:"throughput"`
-	DaemonRSSBytes    uint64       `json:"daemon_rss_bytes"`
-	WarmJailBytes     uint64       `json:"memory_per_warm_jail_bytes"`
-	WarmJailsMeasured int          `json:"warm_jails_measured"`
+	When           string       `json:"when"`
+	Host           string       `json:"host"`
+	Iterations     int          `json:"iterations"`
+	Latency        []Row        `json:"latency"`
+	Throughput     []Throughput `json:"throughput"`
+	DaemonRSSBytes uint64       `json:"daemon_rss_bytes"`
+	// WarmJailBytes is the memory charged to each idle warm jail's cgroup,
+	// smallest first: plain jails, then preloaded ones.
+	WarmJailBytes []uint64 `json:"idle_warm_jail_bytes"`
 }
 
 func workloads() []Workload {
@@ -159,7 +160,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	}
 	warm.waitReady(ctx)
 	rep.DaemonRSSBytes = rss(warm.cmd.Process.Pid)
-	rep.WarmJailBytes, rep.WarmJailsMeasured = warmJailMemory("bench-" + filepath.Base(warm.dir))
+	rep.WarmJailBytes = warmJailMemory("bench-" + filepath.Base(warm.dir))
 	return rep, nil
 }
 
@@ -280,7 +281,8 @@ rate_per_minute = 0
 daily_quota = 0
 [pool]
 size = %d
-`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool)
+plain_size = %d
+`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool, pool)
 	if err := os.WriteFile(filepath.Join(dir, "jaild.toml"), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
@@ -324,8 +326,9 @@ func (d *daemon) call(w Workload) error {
 	return nil
 }
 
-// waitReady waits (up to a minute) until the warm pool is full, so that
-// a sequential measurement times the warm path, not the refill.
+// waitReady waits (up to a minute) until the warm pool is full (both
+// kinds), so that a sequential measurement times the warm path, not the
+// refill.
 func (d *daemon) waitReady(ctx context.Context) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
 		resp, err := d.client.Get("http://jaild/v1/info")
@@ -333,11 +336,14 @@ func (d *daemon) waitReady(ctx context.Context) {
 			return
 		}
 		var info struct {
-			Pool struct{ Ready int } `json:"pool"`
+			Pool struct {
+				Ready      int `json:"ready"`
+				PlainReady int `json:"plain_ready"`
+			} `json:"pool"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&info)
 		resp.Body.Close()
-		if info.Pool.Ready >= d.pool {
+		if info.Pool.Ready >= d.pool && info.Pool.PlainReady >= d.pool {
 			return
 		}
 	}
@@ -360,11 +366,12 @@ func rss(pid int) uint64 {
 	return 0
 }
 
-// warmJailMemory averages the memory charged to each idle warm jail's
-// cgroup (cgroup v1 memory.usage_in_bytes or v2 memory.current).
-func warmJailMemory(name string) (uint64, int) {
+// warmJailMemory lists, smallest first, the memory charged to each idle
+// warm jail's cgroup (cgroup v1 memory.usage_in_bytes or v2
+// memory.current).
+func warmJailMemory(name string) []uint64 {
 	own, _ := os.ReadFile("/proc/self/cgroup")
-	var dirs []string
+	var files []string
 	for _, line := range strings.Split(string(own), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -372,19 +379,17 @@ func warmJailMemory(name string) (uint64, int) {
 		}
 		switch {
 		case parts[1] == "memory":
-			dirs, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup/memory", parts[2], name, "*", "memory.usage_in_bytes"))
-		case parts[0] == "0" && len(dirs) == 0:
-			dirs, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup", parts[2], name, "*", "memory.current"))
+			files, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup/memory", parts[2], name, "*", "memory.usage_in_bytes"))
+		case parts[0] == "0" && len(files) == 0:
+			files, _ = filepath.Glob(filepath.Join("/sys/fs/cgroup", parts[2], name, "*", "memory.current"))
 		}
 	}
-	var total uint64
-	for _, f := range dirs {
+	var out []uint64
+	for _, f := range files {
 		b, _ := os.ReadFile(f)
 		v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		total += v
+		out = append(out, v)
 	}
-	if len(dirs) == 0 {
-		return 0, 0
-	}
-	return total / uint64(len(dirs)), len(dirs)
+	slices.Sort(out)
+	return out
 }

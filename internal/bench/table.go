@@ -26,8 +26,12 @@ func (r *Report) Table() string {
 	for _, t := range r.Throughput {
 		fmt.Fprintf(&b, "| %d | %.1f | %.1f (×%.2f) | %.1f (×%.2f) |\n", t.Concurrency, t.Bare, t.Cold, t.Cold/t.Bare, t.Warm, t.Warm/t.Bare)
 	}
-	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory per idle warm jail (cgroup, %d measured): %.1f MiB.\n",
-		float64(r.DaemonRSSBytes)/(1<<20), r.WarmJailsMeasured, float64(r.WarmJailBytes)/(1<<20))
+	var jails []string
+	for _, v := range r.WarmJailBytes {
+		jails = append(jails, fmt.Sprintf("%.1f", float64(v)/(1<<20)))
+	}
+	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
+		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
 	return b.String()
 }
 
