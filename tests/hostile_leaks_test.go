@@ -270,8 +270,8 @@ except OSError as e: print('BLOCKED', e.errno)`})
 L = ctypes.CDLL(None, use_errno=True)
 fd = L.inotify_init1(os.O_NONBLOCK)
 if fd < 0:
-    open('watching', 'w').close()
-    print('denied', ctypes.get_errno()); raise SystemExit
+    print('denied', ctypes.get_errno())
+    open('watching', 'w').close(); time.sleep(5); raise SystemExit  # the marker lives as long as the jail
 for d in (b'/usr/lib/python3.13', b'/usr/lib/python3.13/__pycache__'):
     L.inotify_add_watch(fd, d, 0x20 | 0x01)  # IN_OPEN | IN_ACCESS
 open('watching', 'w').close()
@@ -311,7 +311,7 @@ hits = []
 signal.signal(signal.SIGIO, lambda *a: hits.append(1))
 fd = os.open('/usr/lib/python3.13/xmlrpc/__pycache__', os.O_RDONLY)
 try: fcntl.fcntl(fd, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)
-except OSError as e: print('denied', errno.errorcode.get(e.errno)); open('window2', 'w').close(); raise SystemExit
+except OSError as e: print('denied', errno.errorcode.get(e.errno)); open('window2', 'w').close(); time.sleep(3); raise SystemExit
 time.sleep(2.5)
 quiet = len(hits)
 open('window2', 'w').close()
