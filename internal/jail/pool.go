@@ -325,18 +325,17 @@ func meminfo() (total, avail uint64) {
 // peak-memory counter, the workspace size, and the request's files.
 func (e *Engine) fit(b *box, req *Request) error {
 	l := req.Limits
-	// The user's process is a fork of the runner: when its objects are
-	// touched (refcounts, and at the latest at interpreter exit) their
-	// anonymous pages are copied, so they may come to count twice. (File
-	// pages, the bulk of what imports map, are shared and reclaimable.)
+	// The request's memory must hold what the jail holds already (the
+	// imports' anonymous memory: file pages, the bulk of what imports map,
+	// are shared and reclaimable) with room to spare.
 	v2 := cgroups.IsCgroup2UnifiedMode()
 	anon := keyed(filepath.Join(b.cgroups["memory"], "memory.stat"), "rss")
 	if v2 {
 		anon = keyed(filepath.Join(b.cgroups[""], "memory.stat"), "anon")
 	}
 	const headroom = 64 << 20
-	if 2*anon+headroom > uint64(l.MemoryBytes) {
-		return fmt.Errorf("warm jail holds %d anonymous bytes; a request allowing %d could run out copying them", anon, l.MemoryBytes)
+	if anon+headroom > uint64(l.MemoryBytes) {
+		return fmt.Errorf("the warm jail holds %d MiB already; a request allowing %d MiB needs a jail of its own", anon>>20, l.MemoryBytes>>20)
 	}
 	// Straight to the two controllers: the container's Set would rewrite
 	// every controller and its state file (~0.5 ms of the warm path).

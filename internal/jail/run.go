@@ -128,7 +128,7 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 	args := command
 	envList := environ(l, sp.env)
 	if args == nil {
-		args = []string{pythonPath, "-s", "-B", e.image.Manifest.Runner}
+		args = runnerArgs(e.image.Manifest.Runner)
 		if sp.warm {
 			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(sp.preimport, ","))
 		}
@@ -320,6 +320,17 @@ wait:
 	}
 	res.Status = status(res, outputLimit)
 	return res, nil
+}
+
+// runnerArgs starts the runner (a clean /dir/name.py, rootfs checks) as a
+// module imported from its directory, as a script's directory would be
+// sys.path[0]: imported, it runs from the bytecode compiled into the image;
+// a script would be compiled at every start (~5 ms).
+func runnerArgs(runner string) []string {
+	dir, file := filepath.Split(runner)
+	mod := strings.TrimSuffix(file, ".py")
+	return []string{pythonPath, "-s", "-B", "-c",
+		fmt.Sprintf("import sys; sys.path[0] = '%s'; import %s; %s.main()", filepath.Clean(dir), mod, mod)}
 }
 
 // hostID is the host uid (gid) of id in the jail.

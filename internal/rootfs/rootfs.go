@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -80,11 +81,14 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest image_size_bytes must be positive", ErrInvalid)
 	case m.PythonVersion == "":
 		return nil, fmt.Errorf("%w: manifest python_version is empty", ErrInvalid)
-	case !strings.HasPrefix(m.Runner, "/") || filepath.Clean(m.Runner) != m.Runner:
-		return nil, fmt.Errorf("%w: manifest runner %q is not a clean absolute path", ErrInvalid, m.Runner)
+	case !strings.HasPrefix(m.Runner, "/") || filepath.Clean(m.Runner) != m.Runner || !runnerPath.MatchString(m.Runner):
+		return nil, fmt.Errorf("%w: manifest runner %q is not a clean absolute path to a Python module (/dir/name.py)", ErrInvalid, m.Runner)
 	}
 	return &m, nil
 }
+
+// runnerPath: the daemon imports the runner by name from its directory.
+var runnerPath = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)*/[A-Za-z_][A-Za-z0-9_]*\.py$`)
 
 func validDigest(d string) bool {
 	h, ok := strings.CutPrefix(d, "sha256:")

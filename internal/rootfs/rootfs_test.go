@@ -100,6 +100,11 @@ func TestParseManifest(t *testing.T) {
 		[]byte(`{"schema": 2}`),
 		[]byte(`not json`),
 	}
+	// The daemon imports the runner by module name from its directory.
+	for _, r := range []string{"opt/jaild/runner.py", "/opt/jaild/runner", "/opt/jaild/run-ner.py", "/opt/ja'ild/runner.py", "/opt/jaild/../runner.py", "/opt/jaild/1runner.py"} {
+		m := strings.Replace(string(manifest(good, 10)), runner, r, 1)
+		bad = append(bad, []byte(m))
+	}
 	for _, b := range bad {
 		if _, err := ParseManifest(b); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseManifest(%.60s) = %v, want ErrInvalid", b, err)

@@ -12,9 +12,9 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
         env and rlimits are applied in the user's process before its code.
         JAILD_PREIMPORT (environment, comma-separated modules, possibly
-        none) marks a warm pool's jail: the runner imports those modules
-        and its own lazy ones, writes {"type": "ready"} to fd 4, forks the
-        user's process, and that process waits here for its job.
+        none) marks a warm pool's jail: the user's process imports those
+        modules and the runner's lazy ones, writes {"type": "ready"} to
+        fd 4, and waits here for its job.
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
@@ -26,8 +26,8 @@ treats records as untrusted input.  Everything done before the job is read
 is setup that a warm pool could run ahead of time.  Nothing here is a
 security boundary: the jail is.
 
-The user's code runs in a child of this process, which stays pid 1 of the
-jail and reaps orphans.  The exit status is the child's, i.e. Python's: 0,
+The user's code runs in a child of this process, forked at once, which
+does everything else; this one stays pid 1 of the jail and reaps orphans.  The exit status is the child's, i.e. Python's: 0,
 1 for an uncaught exception, the SystemExit code; when the child dies by
 signal N (SIGINT for KeyboardInterrupt), 128+N and an "exit" record.  2
 means a malformed job.
@@ -503,17 +503,15 @@ def fork_user_process():
     kill(-1, SIGKILL) would not end it. pid 1 also inherits orphans, which it
     reaps (see supervise).
 
-    The fork happens before the job is read, so that a warm jail has paid
-    for it (copying the page tables of the pre-imports) before a request
-    arrives; the child is the one that reads the job.
+    The fork happens first thing, before any import and before the job is
+    read: a warm jail's child imports its modules itself, so that their
+    pages are its own rather than shared copy-on-write with pid 1 (which
+    made every page the user's code touched a copy: ~60 ms at the exit of a
+    child that inherited numpy, pandas and pyplot, and twice the memory).
     """
     # Until the child restores it: a SIGINT from user code must not stop
     # the supervisor.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Keep the cyclic GC off what exists now (the pre-imports, in a warm
-    # jail): walking them in the child copies their pages and made a child's
-    # exit ~4x slower (measured 233 ms vs 64 ms with numpy, pandas, pyplot).
-    gc.freeze()
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -561,9 +559,8 @@ def shutdown():
     stdout or stderr cannot be flushed (the interpreter then exits 120).
 
     The teardown itself is skipped (the caller leaves with os._exit): in a
-    warm jail it would touch, and so copy, every page of the pre-imports
-    inherited from pid 1 (~60 ms for numpy, pandas and pyplot), and the
-    process ends with the jail anyway."""
+    warm jail it would walk every object of the pre-imports (tens of ms for
+    numpy, pandas and pyplot), and the process ends with the jail anyway."""
     threading = sys.modules.get("threading")
     if threading is not None:
         try:
@@ -576,8 +573,8 @@ def shutdown():
     # Files the user never closed keep what was written to them: the
     # interpreter's module teardown would flush them (not always: io objects
     # collected as one cycle can be closed bottom-up and lose their buffers).
-    # Only objects made after the fork are listed: the pre-imports are
-    # frozen (fork_user_process).
+    # Only objects made by the user's code are listed: what came before is
+    # frozen (main).
     import io
 
     writers = [o for o in gc.get_objects() if isinstance(o, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))]
@@ -592,7 +589,7 @@ def shutdown():
     # The user's module goes as it would at interpreter exit: collected
     # whole, so that finalizers run while its globals are still there.
     sys.modules.pop("__main__", None)
-    # Young objects only: the pre-imports are frozen (fork_user_process).
+    # The user's objects only: what came before is frozen (main).
     gc.collect()
     flushed = True
     for stream in (sys.stdout, sys.stderr):
@@ -660,22 +657,24 @@ def run_user_process(records, saver):
 
 def main():
     records = RecordWriter(RECORD_FD)
+    child = fork_user_process()
+    if child:
+        try:
+            os.close(JOB_FD)  # the child's to read
+        except OSError:
+            pass
+        # Nothing to finalize here.
+        os._exit(supervise(child, records))
     saver = FigureSaver(records)
     prepare_matplotlib(saver)
-    if preimport():
+    warm = preimport()
+    # Keep the cyclic GC off everything that exists before the user's code
+    # (the pre-imports, in a warm jail): collections during the run and at
+    # its end (see shutdown) then walk only the user's objects.
+    gc.freeze()
+    if warm:
         records.emit({"type": "ready"})
-    child = fork_user_process()
-    if child == 0:
-        run_user_process(records, saver)
-    try:
-        os.close(JOB_FD)  # the child's to read
-    except OSError:
-        pass
-    status = supervise(child, records)
-    # Nothing to finalize here, and tearing down the pre-imports would only
-    # delay the end of the jail.
-    os._exit(status)
-
+    run_user_process(records, saver)
 
 if __name__ == "__main__":
     main()

@@ -203,6 +203,17 @@ class TestJobLimits(RunnerTestCase):
         self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "True False\n", ""))
         self.assertEqual(r.records[0], {"type": "ready"})
 
+    def test_preimports_belong_to_the_users_process(self):
+        # Imported after the fork, in the process that runs the user's code:
+        # the supervisor (its parent) never maps the module's library.
+        r = self.run_job(
+            "import os\n"
+            "def maps(pid): return open(f'/proc/{pid}/maps').read()\n"
+            "print('_sqlite3' in maps('self'), '_sqlite3' in maps(os.getppid()))\n",
+            runner_env={"JAILD_PREIMPORT": "sqlite3"},
+        )
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "True False\n", ""))
+
 
 class TestExceptions(RunnerTestCase):
     def test_exception_record_and_traceback(self):
