@@ -279,7 +279,7 @@ func (e *Engine) sweep() {
 	for _, ent := range ents {
 		if c, err := libcontainer.Load(e.stateDir, ent.Name()); err == nil {
 			_ = c.Signal(unix.SIGKILL)
-			e.waitEmpty(c)
+			e.waitEmpty(ent.Name(), c.Processes)
 			if err := c.Destroy(); err != nil {
 				e.log.Warn("sweep: destroy jail", "id", ent.Name(), "err", err)
 			}

@@ -112,7 +112,6 @@ func (pl *pool) take(req *Request) (*box, bool) {
 	case pl.size[plain] == 0 || len(pl.tops) == 0:
 		order = []int{plain, preloaded}
 	}
-	defer pl.kick()
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, kind := range order {
@@ -122,6 +121,7 @@ func (pl *pool) take(req *Request) (*box, bool) {
 			select {
 			case <-b.exited: // died while waiting
 				pl.e.teardowns.Go(func() { pl.e.destroy(b) })
+				pl.kick()
 				continue
 			default:
 			}
