@@ -91,7 +91,7 @@ print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigi
 						t.Errorf("cgroup line %v", l)
 					}
 				}
-				if p1 := fmt.Sprint(got["pid1"]); !strings.Contains(p1, "runner.py") {
+				if p1 := fmt.Sprint(got["pid1"]); !strings.HasPrefix(p1, "/usr/bin/python3 ") || !strings.Contains(p1, "import runner") {
 					t.Errorf("pid 1 is %s", p1)
 				}
 				return fmt.Sprintf("%d processes: pid 1 (the runner) and its child; all cgroup paths /", len(pids))
