@@ -243,7 +243,7 @@ func TestWarmPoolDaemon(t *testing.T) {
 		var r api.ExecuteResponse
 		body, _ := json.Marshal(map[string]string{"code": c.code})
 		d.call(t, "POST", "/v1/execute", string(body), &r)
-		if r.Status != "error" || r.Stdout != c.stdout || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != c.line {
+		if r.Status != "error" || r.Stdout != c.stdout || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != c.line || !r.Usage.Warm {
 			t.Errorf("warm run %d: %+v", i, r)
 		}
 	}

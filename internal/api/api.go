@@ -100,6 +100,8 @@ type Usage struct {
 	DurationMs      int64  `json:"duration_ms"`
 	CPUMs           int64  `json:"cpu_ms"`
 	PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+	// Warm: a jail of the warm pool, started before the request, ran it.
+	Warm bool `json:"warm"`
 }
 
 // LintRequest is the body of POST /v1/lint.

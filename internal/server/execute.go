@@ -260,6 +260,7 @@ func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
 			DurationMs:      res.Duration.Milliseconds(),
 			CPUMs:           res.CPUTime.Milliseconds(),
 			PeakMemoryBytes: res.PeakMemoryBytes,
+			Warm:            res.Warm,
 		},
 	}
 	if n := res.Network; n != nil {
