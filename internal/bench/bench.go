@@ -120,6 +120,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		return nil, err
 	}
 	defer warm.stop()
+	// Filling the pool (numpy and pandas imports) must not overlap the
+	// first measurements.
+	warm.waitReady(ctx)
 
 	for _, w := range workloads() {
 		fmt.Fprintf(log, "latency: %s\n", w.Name)
