@@ -18,8 +18,9 @@ IMAGE_DIR    ?= $(ROOTFS_CACHE)/current
 SOCKET       ?= /run/jaild/jaild.sock
 PREFIX       ?= /usr/local
 
-# Host packages: cgo's libseccomp, the rootfs builder, systemd's helpers.
-APT_PACKAGES := libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl iproute2
+# Host packages: cgo's libseccomp and the jail's init (a static C program),
+# the rootfs builder, systemd's helpers, the egress tests' upstream namespace.
+APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl iproute2
 
 .PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance soak security-report bench bench-engine clean
 

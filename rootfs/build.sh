@@ -37,7 +37,7 @@ runner_files() {
 # Every file that influences the output, relative to $here, in a stable order.
 recipe_files() {
   {
-    printf '%s\n' build.sh customize.sh manifest.py packages.txt packages-sid.txt
+    printf '%s\n' build.sh customize.sh manifest.py packages.txt packages-sid.txt runner/init.c
     runner_files
   } | LC_ALL=C sort
 }
@@ -146,6 +146,10 @@ finalize_tree() {
   # is trusted as built.
   chroot "$root" /usr/bin/python3 -I -m compileall -q --invalidation-mode unchecked-hash /opt/jaild >/dev/null ||
     die "cannot byte-compile the runner"
+  # The jail's pid 1 (runner/init.c): static, so it needs nothing of the image.
+  gcc -static -Os -s -Wall -Wextra -Werror -o "$root/opt/jaild/init" "$here/runner/init.c" ||
+    die "cannot build the jail's init"
+  chmod 0755 "$root/opt/jaild/init"
 
   # Defence in depth: nothing in the jail may gain privileges by exec.
   find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +

@@ -67,6 +67,7 @@ def main():
         "packages": installed_packages(),
         "python_packages": python_distributions(args.python_packages),
         "runner": "/opt/jaild/runner.py",
+        "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }
     print(json.dumps(manifest, indent=2))

@@ -24,4 +24,4 @@ mkdir -m 0755 "$mnt/tmp/tests"
 cp "$here/runner/test_runner.py" "$mnt/tmp/tests/"
 chmod 1777 "$mnt/tmp"
 chroot --userspec=1000:1000 "$mnt" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \
-  JAILD_RUNNER=/opt/jaild/runner.py /usr/bin/python3 -B -m unittest discover -s /tmp/tests 2>&1
+  JAILD_RUNNER=/opt/jaild/runner.py JAILD_INIT=/opt/jaild/init /usr/bin/python3 -B -m unittest discover -s /tmp/tests 2>&1

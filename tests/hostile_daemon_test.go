@@ -853,7 +853,7 @@ func tinyImage(t *testing.T, dir, id string) string {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"etc/hostname", "etc/hosts", "etc/machine-id", "etc/passwd", "opt/jaild/runner.py"} {
+	for _, f := range []string{"etc/hostname", "etc/hosts", "etc/machine-id", "etc/passwd", "opt/jaild/runner.py", "opt/jaild/init"} {
 		if err := os.WriteFile(filepath.Join(tree, f), []byte("x\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -879,7 +879,7 @@ func tinyImage(t *testing.T, dir, id string) string {
 	sum := sha256.Sum256(data)
 	m, _ := json.Marshal(map[string]any{"schema": 1, "name": "tiny", "recipe_digest": "sha256:" + strings.Repeat("0", 64),
 		"image_digest": "sha256:" + hex.EncodeToString(sum[:]), "image_size_bytes": len(data), "python_version": "3.13.0",
-		"debian_suite": "none", "packages": []any{}, "python_packages": map[string]string{}, "runner": "/opt/jaild/runner.py", "built_at": "2026-01-01T00:00:00Z"})
+		"debian_suite": "none", "packages": []any{}, "python_packages": map[string]string{}, "runner": "/opt/jaild/runner.py", "init": "/opt/jaild/init", "built_at": "2026-01-01T00:00:00Z"})
 	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), m, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -311,7 +311,7 @@ except OSError as e: print('inodes', e.errno)
 				return "fork: EAGAIN at pids.max; no zombie survives the run (leak checks)"
 			}},
 		{id: "E20", cat: catExhaust, title: "kill(-1, SIGKILL), with host processes of the jail's own host uids as canaries",
-			expect: "only the jail's processes can be reached; the daemon, the host and same-uid host processes are unaffected. (hostile-cases.md expects signal 9 for the caller, but on Linux kill(-1) spares the caller, and the runner is pid 1, which the kernel protects: the run ends normally)",
+			expect: "only the jail's processes can be reached; the daemon, the host and same-uid host processes are unaffected. (hostile-cases.md expects signal 9 for the caller, but on Linux kill(-1) spares the caller, and pid 1 is the jail's init, which the kernel protects: the run ends normally)",
 			run: func(t *testing.T, h *hostile) string {
 				var canaries []*exec.Cmd
 				for _, uid := range []uint32{testIDBase + 1000, testIDBase} {
@@ -353,7 +353,7 @@ except OSError as e: print('inodes', e.errno)
 				return "sibling killed by 9; caller continues"
 			}},
 		{id: "E20c", cat: catExhaust, title: "SIGKILL to the jail's pid 1, then to itself",
-			expect: "pid 1 (the runner) ignores it as the kernel protects a namespace's init; the self-kill is reported as killed by signal 9",
+			expect: "pid 1 (the jail's init) ignores it as the kernel protects a namespace's init; the self-kill is reported as killed by signal 9",
 			code:   "import os, signal, time\nos.kill(1, signal.SIGKILL)\ntime.sleep(0.2)\nprint('pid 1', open('/proc/1/status').read().split('\\n')[2].split()[1], flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n",
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "killed")

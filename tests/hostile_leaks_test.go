@@ -74,7 +74,7 @@ print(json.dumps(res))
 				return fmt.Sprintf("all %d paths empty or absent; kallsyms: %v", len(got), got["/proc/kallsyms"])
 			}},
 		{id: "D02", cat: catLeaks, title: "pid and cgroup visibility",
-			expect: "only the jail's processes (pid 1 is its own runner), and every /proc/self/cgroup line is the root of the jail's cgroup namespace",
+			expect: "only the jail's processes (pid 1 is the jail's init, pid 2 the runner), and every /proc/self/cgroup line is the root of the jail's cgroup namespace",
 			code: `import json, os
 print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), 'cgroup': open('/proc/self/cgroup').read().strip().split('\n'),
                   'pid1': open('/proc/1/cmdline', 'rb').read().replace(b'\0', b' ').decode(), 'ppid': os.getppid()}))
@@ -84,17 +84,17 @@ print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigi
 				got := outJSON(t, r)
 				pids, _ := got["pids"].([]any)
 				if len(pids) != 2 || fmt.Sprint(pids[0]) != "1" || fmt.Sprint(got["ppid"]) != "1" {
-					t.Errorf("pids %v ppid %v: want pid 1 and the user's process, its child", pids, got["ppid"])
+					t.Errorf("pids %v ppid %v: want pid 1 and the runner, its child", pids, got["ppid"])
 				}
 				for _, l := range got["cgroup"].([]any) {
 					if !strings.HasSuffix(fmt.Sprint(l), ":/") {
 						t.Errorf("cgroup line %v", l)
 					}
 				}
-				if p1 := fmt.Sprint(got["pid1"]); !strings.HasPrefix(p1, "/usr/bin/python3 ") || !strings.Contains(p1, "import runner") {
+				if p1 := fmt.Sprint(got["pid1"]); !strings.HasPrefix(p1, "/opt/jaild/init /usr/bin/python3 ") || !strings.Contains(p1, "import runner") {
 					t.Errorf("pid 1 is %s", p1)
 				}
-				return fmt.Sprintf("%d processes: pid 1 (the runner) and its child; all cgroup paths /", len(pids))
+				return fmt.Sprintf("%d processes: pid 1 (the jail's init) and the runner, its child; all cgroup paths /", len(pids))
 			}},
 		{id: "D03", cat: catLeaks, title: "host paths in /proc/self/mountinfo and /proc/mounts",
 			expect: "no host path (the daemon's state directory, the image location, the run id) is visible",

@@ -103,9 +103,10 @@ func TestJailIsolation(t *testing.T) {
 	if got.Egress != "ENETUNREACH" {
 		t.Errorf("connect to 1.1.1.1:53 = %s, want ENETUNREACH", got.Egress)
 	}
-	// pid 1 is the jail's runner; the user's code runs in its child.
-	if got.Pid == 1 || !strings.HasPrefix(got.Pid1, "/usr/bin/python3") || len(got.Pids) != 2 || got.Pids[0] != 1 || got.Pids[1] != got.Pid {
-		t.Errorf("pid %d, pid 1 is %q, pids %v: want the jail's own runner as pid 1 and its child alone", got.Pid, got.Pid1, got.Pids)
+	// pid 1 is the jail's init from the image; the user's code runs in
+	// the runner, its child.
+	if got.Pid == 1 || got.Pid1 != "/opt/jaild/init" || len(got.Pids) != 2 || got.Pids[0] != 1 || got.Pids[1] != got.Pid {
+		t.Errorf("pid %d, pid 1 is %q, pids %v: want the jail's init as pid 1 and the runner, its child, alone", got.Pid, got.Pid1, got.Pids)
 	}
 	if got.Rofs != "EROFS" {
 		t.Errorf("write to the rootfs: %s, want EROFS", got.Rofs)

@@ -128,7 +128,7 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 	args := command
 	envList := environ(l, sp.env)
 	if args == nil {
-		args = runnerArgs(e.image.Manifest.Runner)
+		args = append([]string{e.image.Manifest.Init}, runnerArgs(e.image.Manifest.Runner)...)
 		if sp.warm {
 			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(sp.preimport, ","))
 		}

@@ -55,6 +55,7 @@ type Manifest struct {
 	Packages       []Package         `json:"packages"`
 	PythonPackages map[string]string `json:"python_packages"`
 	Runner         string            `json:"runner"`
+	Init           string            `json:"init"` // the jail's pid 1, which starts the runner
 	BuiltAt        string            `json:"built_at"`
 }
 
@@ -83,6 +84,8 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest python_version is empty", ErrInvalid)
 	case !strings.HasPrefix(m.Runner, "/") || filepath.Clean(m.Runner) != m.Runner || !runnerPath.MatchString(m.Runner):
 		return nil, fmt.Errorf("%w: manifest runner %q is not a clean absolute path to a Python module (/dir/name.py)", ErrInvalid, m.Runner)
+	case !strings.HasPrefix(m.Init, "/") || filepath.Clean(m.Init) != m.Init:
+		return nil, fmt.Errorf("%w: manifest init %q is not a clean absolute path", ErrInvalid, m.Init)
 	}
 	return &m, nil
 }
@@ -140,7 +143,7 @@ func Open(dir, mountpoint string) (_ *Image, retErr error) {
 			_ = unix.Unmount(mountpoint, unix.MNT_DETACH)
 		}
 	}()
-	if err := ValidateTree(mountpoint, m.Runner); err != nil {
+	if err := ValidateTree(mountpoint, m.Runner, m.Init); err != nil {
 		return nil, err
 	}
 	return &Image{Root: mountpoint, Manifest: m}, nil
@@ -218,11 +221,11 @@ func mountSquashfs(f *os.File, target string) error {
 
 // ValidateTree checks the shape of a mounted rootfs: the directories the
 // jail mounts over must be real directories, the files it relies on must be
-// regular files, and none of them may be a symlink. runner is the absolute
-// in-image path of the in-jail runner.
-func ValidateTree(root, runner string) error {
+// regular files, and none of them may be a symlink. runner and init are the
+// absolute in-image paths of the in-jail runner and the jail's pid 1.
+func ValidateTree(root, runner, init string) error {
 	dirs := []string{"/dev", "/proc", "/sys", "/tmp", "/workspace", "/jaild", "/etc", "/usr/bin"}
-	files := []string{"/etc/hostname", "/etc/hosts", "/etc/machine-id", "/etc/passwd", runner}
+	files := []string{"/etc/hostname", "/etc/hosts", "/etc/machine-id", "/etc/passwd", runner, init}
 	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: root, Err: err}

@@ -20,7 +20,7 @@ func tree(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"etc/hostname", "etc/hosts", "etc/machine-id", "etc/passwd", "opt/jaild/runner.py"} {
+	for _, f := range []string{"etc/hostname", "etc/hosts", "etc/machine-id", "etc/passwd", "opt/jaild/runner.py", "opt/jaild/init"} {
 		if err := os.WriteFile(filepath.Join(root, f), []byte("x\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -28,10 +28,13 @@ func tree(t *testing.T) string {
 	return root
 }
 
-const runner = "/opt/jaild/runner.py"
+const (
+	runner = "/opt/jaild/runner.py"
+	init_  = "/opt/jaild/init"
+)
 
 func TestValidateTree(t *testing.T) {
-	if err := ValidateTree(tree(t), runner); err != nil {
+	if err := ValidateTree(tree(t), runner, init_); err != nil {
 		t.Fatalf("valid tree refused: %v", err)
 	}
 	// CVE-2025-31133 / CVE-2026-41579 shapes: special directories or files
@@ -58,6 +61,7 @@ func TestValidateTree(t *testing.T) {
 			return os.Symlink("/etc", filepath.Join(r, "etc"))
 		},
 		"runner missing": func(r string) error { return os.Remove(filepath.Join(r, "opt/jaild/runner.py")) },
+		"init missing":   func(r string) error { return os.Remove(filepath.Join(r, "opt/jaild/init")) },
 		"workspace file": func(r string) error {
 			os.RemoveAll(filepath.Join(r, "workspace"))
 			return os.WriteFile(filepath.Join(r, "workspace"), nil, 0o644)
@@ -76,14 +80,14 @@ func TestValidateTree(t *testing.T) {
 		if err := mutate(root); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if err := ValidateTree(root, runner); !errors.Is(err, ErrInvalid) {
+		if err := ValidateTree(root, runner, init_); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: ValidateTree = %v, want ErrInvalid", name, err)
 		}
 	}
 }
 
 func manifest(digest string, size int64) []byte {
-	b, _ := json.Marshal(Manifest{Schema: 1, Name: "python", ImageDigest: digest, ImageSizeBytes: size, PythonVersion: "3.13.5", Runner: runner})
+	b, _ := json.Marshal(Manifest{Schema: 1, Name: "python", ImageDigest: digest, ImageSizeBytes: size, PythonVersion: "3.13.5", Runner: runner, Init: init_})
 	return b
 }
 
@@ -104,6 +108,9 @@ func TestParseManifest(t *testing.T) {
 	for _, r := range []string{"opt/jaild/runner.py", "/opt/jaild/runner", "/opt/jaild/run-ner.py", "/opt/ja'ild/runner.py", "/opt/jaild/../runner.py", "/opt/jaild/1runner.py"} {
 		m := strings.Replace(string(manifest(good, 10)), runner, r, 1)
 		bad = append(bad, []byte(m))
+	}
+	for _, i := range []string{"", "opt/jaild/init", "/opt/jaild/../init"} {
+		bad = append(bad, []byte(strings.Replace(string(manifest(good, 10)), `"init":"`+init_+`"`, `"init":"`+i+`"`, 1)))
 	}
 	for _, b := range bad {
 		if _, err := ParseManifest(b); !errors.Is(err, ErrInvalid) {

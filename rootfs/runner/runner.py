@@ -1,8 +1,11 @@
 """jaild in-jail runner: runs one job of user Python code in this process.
 
-The daemon starts it inside the jail as
+The daemon starts it inside the jail, as a module imported from its
+directory (its bytecode is compiled into the image), under the jail's
+pid 1, /opt/jaild/init (init.c):
 
-    /usr/bin/python3 -s -B /opt/jaild/runner.py
+    /opt/jaild/init /usr/bin/python3 -s -B -c \
+        "import sys; sys.path[0] = '/opt/jaild'; import runner; runner.main()"
 
 with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
 
@@ -10,27 +13,27 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"code": str, "filename": "main.py", "last_line_interactive": bool,
          "figures_dir": "/jaild/figures" or null, "max_figures": 16,
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
-        env and rlimits are applied in the user's process before its code.
+        env and rlimits are applied before the user's code.
         JAILD_PREIMPORT (environment, comma-separated modules, possibly
-        none) marks a warm pool's jail: the user's process imports those
-        modules and the runner's lazy ones, writes {"type": "ready"} to
-        fd 4, and waits here for its job.
+        none) marks a warm pool's jail: the runner imports those modules
+        and its own lazy ones, writes {"type": "ready"} to fd 4, and waits
+        here for its job.
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
         {"type": "figure", "name": "figure-1.png"}
-        {"type": "exit", "signal": int}   (the user's process died by a signal)
+        {"type": "ready"}
+        and, from init, {"type": "exit", "signal": int} when this process
+        died by a signal.
 
-The user's code runs as __main__ and can write to fd 4 too, so the daemon
-treats records as untrusted input.  Everything done before the job is read
-is setup that a warm pool could run ahead of time.  Nothing here is a
-security boundary: the jail is.
+The user's code runs as __main__ in this process and can write to fd 4
+too, so the daemon treats records as untrusted input.  Everything done
+before the job is read is setup that a warm pool runs ahead of time.
+Nothing here is a security boundary: the jail is.
 
-The user's code runs in a child of this process, forked at once, which
-does everything else; this one stays pid 1 of the jail and reaps orphans.  The exit status is the child's, i.e. Python's: 0,
-1 for an uncaught exception, the SystemExit code; when the child dies by
-signal N (SIGINT for KeyboardInterrupt), 128+N and an "exit" record.  2
-means a malformed job.
+The exit status is Python's: 0, 1 for an uncaught exception, the
+SystemExit code; 2 means a malformed job.  Death by signal N (SIGINT for
+an uncaught KeyboardInterrupt) becomes init's 128+N and its "exit" record.
 """
 
 import _signal as signal  # the signal module's enums import enum: ~5 ms
@@ -38,7 +41,7 @@ import builtins
 import gc
 import linecache
 import os
-import resource  # every job lowers rlimits; imported before the fork
+import resource  # every job lowers rlimits; a warm jail has it already
 import sys
 import types
 
@@ -494,49 +497,6 @@ def apply_job_limits(job):
             resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
-def fork_user_process():
-    """Fork the process that will run the user's code; return its pid (0 in it).
-
-    This process is pid 1 of the jail's pid namespace, and the kernel spares
-    pid 1 from signals it has no handler for, even kill(SIGKILL) from inside:
-    user code must not run as pid 1, or os.kill(os.getpid(), SIGKILL) and
-    kill(-1, SIGKILL) would not end it. pid 1 also inherits orphans, which it
-    reaps (see supervise).
-
-    The fork happens first thing, before any import and before the job is
-    read: a warm jail's child imports its modules itself, so that their
-    pages are its own rather than shared copy-on-write with pid 1 (which
-    made every page the user's code touched a copy: ~60 ms at the exit of a
-    child that inherited numpy, pandas and pyplot, and twice the memory).
-    """
-    # Until the child restores it: a SIGINT from user code must not stop
-    # the supervisor.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    return pid
-
-
-def supervise(child, records):
-    """Reap every process that ends up ours until the user's process exits;
-    then exit as it did. Dying by a signal cannot be passed on as pid 1, so
-    a signal is reported as an "exit" record plus the shell's 128+N status.
-    Returning ends the jail: the kernel kills whatever is left in it."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return 1
-        if pid == child:
-            break
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        records.emit({"type": "exit", "signal": sig})
-        return 128 + sig
-    return os.waitstatus_to_exitcode(status)
-
-
 def exit_status(exc):
     """The exit status the interpreter gives an uncaught SystemExit, with
     its message on stderr as the interpreter prints it."""
@@ -657,14 +617,6 @@ def run_user_process(records, saver):
 
 def main():
     records = RecordWriter(RECORD_FD)
-    child = fork_user_process()
-    if child:
-        try:
-            os.close(JOB_FD)  # the child's to read
-        except OSError:
-            pass
-        # Nothing to finalize here.
-        os._exit(supervise(child, records))
     saver = FigureSaver(records)
     prepare_matplotlib(saver)
     warm = preimport()
