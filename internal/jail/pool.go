@@ -20,12 +20,11 @@ import (
 // PoolConfig configures the warm pool: jails created ahead of requests,
 // each still single-use. A warm jail is the same jail as a cold one (same
 // namespaces, filter, mounts, limits); it only started earlier: its runner
-// has started Python, imported its own modules and, in a preloaded jail,
-// Preimport, then forked the process that will run the user's code, which
-// waits for its job. When a request takes it, the engine sets the
-// request's cgroup limits and workspace size and writes its files, and the
-// runner lowers its rlimits to the request's before the code runs. A
-// request a warm jail cannot honour uses a cold one.
+// has started Python and imported its own modules and, in a preloaded
+// jail, Preimport, and waits for its job. When a request takes it, the
+// engine sets the request's cgroup limits and workspace size and writes
+// its files, and the runner lowers its rlimits to the request's before the
+// code runs. A request a warm jail cannot honour uses a cold one.
 //
 // There are two kinds. Preloaded jails (Size) serve code that imports one
 // of Preimport's packages; plain jails (PlainSize) serve the rest, so that
