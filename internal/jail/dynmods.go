@@ -10,34 +10,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// favorDynmods sets the cgroup option favordynmods (Linux 6.0+) on a
-// cgroup hierarchy the daemon sees: the cgroup2 mount if there is one,
-// else a v1 hierarchy. Starting a jail moves its first process into the
-// jail's cgroups, and each such move waits for an RCU grace period (7-13
-// ms measured here, a third of a jail's start) unless the hierarchy favors
-// dynamic modifications; the lock behind it is one for the whole host, so
-// one hierarchy with the option is enough. It changes no limit or
-// isolation, only what cgroup moves and forks cost. The hierarchy's other
-// options are set again as they are (a reconfiguration resets what it is
-// not given); its mount flags are not touched (fspick reconfigures the
-// superblock only). It returns the hierarchy it changed, "" when one had
-// the option already.
+// favorDynmods sets the cgroup option favordynmods (Linux 6.0+) on the
+// cgroup2 hierarchy, the unified one of a v2 or hybrid host. Starting a
+// jail moves its first process into the jail's cgroups, and each such move
+// waits for an RCU grace period (7-13 ms measured here, a third of a jail's
+// start) unless the host favors dynamic cgroup modifications; the lock
+// behind it is one for the whole host, so the option on one hierarchy is
+// enough. It changes no limit or isolation, only what cgroup moves and
+// forks cost. The hierarchy's other options are set again as they are (a
+// reconfiguration resets what it is not given); its mount flags are not
+// touched (fspick reconfigures the superblock only). v1 hierarchies cannot
+// change flags on remount, so a pure v1 host keeps paying. It returns the
+// hierarchy it changed, "" when it had the option already.
 func favorDynmods() (string, error) {
-	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2", "cgroup"))
+	m, err := cgroup2Mount()
 	if err != nil {
 		return "", err
 	}
-	var m *mountinfo.Info
-	for _, c := range mounts {
-		if hasOption(c.VFSOptions, "favordynmods") {
-			return "", nil
-		}
-		if m == nil || (c.FSType == "cgroup2" && m.FSType != "cgroup2") {
-			m = c
-		}
-	}
-	if m == nil {
-		return "", errors.New("no cgroup hierarchy is mounted")
+	if hasOption(m.VFSOptions, "favordynmods") {
+		return "", nil
 	}
 	fd, err := unix.Fspick(unix.AT_FDCWD, m.Mountpoint, unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT|unix.FSPICK_SYMLINK_NOFOLLOW)
 	if err != nil {
@@ -61,7 +52,27 @@ func favorDynmods() (string, error) {
 	if err := unix.FsconfigReconfigure(fd); err != nil {
 		return m.Mountpoint, fmt.Errorf("%s: reconfigure: %w", m.Mountpoint, err)
 	}
+	// The kernel ignores the flags outside the initial cgroup namespace.
+	after, err := cgroup2Mount()
+	if err != nil {
+		return m.Mountpoint, err
+	}
+	if !hasOption(after.VFSOptions, "favordynmods") {
+		return m.Mountpoint, fmt.Errorf("%s: favordynmods did not take effect (not in the host's cgroup namespace?)", m.Mountpoint)
+	}
 	return m.Mountpoint, nil
+}
+
+// cgroup2Mount finds the cgroup2 hierarchy this process sees.
+func cgroup2Mount() (*mountinfo.Info, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
+	if err != nil {
+		return nil, err
+	}
+	if len(mounts) == 0 {
+		return nil, errors.New("no cgroup2 hierarchy is mounted (cgroup v1 only)")
+	}
+	return mounts[0], nil
 }
 
 func hasOption(opts, name string) bool {

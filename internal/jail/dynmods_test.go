@@ -58,7 +58,7 @@ func TestFavorDynmods(t *testing.T) {
 
 func dynmodsMount(t *testing.T) *mountinfo.Info {
 	t.Helper()
-	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2", "cgroup"))
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 	if err != nil {
 		t.Fatal(err)
 	}

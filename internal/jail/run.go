@@ -151,13 +151,13 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 	if err := b.c.Run(b.proc); err != nil {
 		return nil, fmt.Errorf("start jail: %w", err)
 	}
+	b.p.closeChildEnds()
+	go func() { ps, err := b.proc.Wait(); b.exited <- exit{ps, err} }()
 	state, err := b.c.State()
 	if err != nil {
 		return nil, fmt.Errorf("jail state: %w", err)
 	}
 	b.cgroups = state.CgroupPaths
-	b.p.closeChildEnds()
-	go func() { ps, err := b.proc.Wait(); b.exited <- exit{ps, err} }()
 	return b, nil
 }
 
@@ -209,8 +209,9 @@ func (e *Engine) Run(ctx context.Context, req *Request) (*Result, error) {
 
 	b, warm := e.pool.take(req)
 	if warm {
-		// Refilled after this run: a jail starting alongside it would take
-		// CPU from it (measured ~2 ms of a warm print(1) on 2 cores).
+		// The refill is kicked after this run, not when the jail is taken:
+		// a jail starting alongside the run would take CPU from it
+		// (measured ~2 ms of a warm print(1) on 2 cores).
 		defer e.pool.kick()
 	}
 	if b != nil {
@@ -316,8 +317,8 @@ wait:
 	if p.recR != nil {
 		recs := parseRecords(records.buf, strings.Count(req.Code, "\n")+1)
 		res.Exception, res.ResultRepr = recs.exc, recs.result
-		// The runner (pid 1) cannot die by the signal that killed the user's
-		// process; it exits 128+N and says N. Believe it only when both agree
+		// The jail's init (pid 1) cannot die by the signal that killed the
+		// runner; it exits 128+N and says N. Believe it only when both agree
 		// (user code could forge the record, but only about itself).
 		if recs.signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.signal {
 			res.Signal, res.ExitCode = recs.signal, -1

@@ -55,8 +55,10 @@ int main(int argc, char **argv)
 		if (pid != child)
 			continue; /* an orphan, reaped */
 		if (WIFSIGNALED(status)) {
+			/* On a line of its own, even after a record the runner
+			 * was cut off in the middle of. */
 			char rec[64];
-			int n = snprintf(rec, sizeof rec, "{\"type\": \"exit\", \"signal\": %d}\n", WTERMSIG(status));
+			int n = snprintf(rec, sizeof rec, "\n{\"type\": \"exit\", \"signal\": %d}\n", WTERMSIG(status));
 			if (write(RECORD_FD, rec, (size_t)n) < 0) {
 				/* no records pipe: the exit status says it alone */
 			}

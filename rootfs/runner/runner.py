@@ -447,9 +447,9 @@ def run(job, records, saver):
 
 
 # Modules the runner imports only when a run needs them (ast for
-# last_line_interactive, traceback for an uncaught exception): a warm jail
-# imports them ahead, with its pre-imports.
-LAZY_MODULES = ("ast", "traceback")
+# last_line_interactive, traceback for an uncaught exception, ctypes at the
+# end): a warm jail imports them ahead, with its pre-imports.
+LAZY_MODULES = ("ast", "traceback", "ctypes")
 
 
 def preimport():
@@ -504,7 +504,8 @@ def exit_status(exc):
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF
+        # A C long long, truncated; -1 (255) when it does not fit.
+        return code & 0xFF if -(1 << 63) <= code < 1 << 63 else 0xFF
     try:
         print(code, file=sys.stderr)
     except Exception:
@@ -518,9 +519,9 @@ def shutdown():
     globals (an unclosed file is flushed), flush stdio. Returns False when
     stdout or stderr cannot be flushed (the interpreter then exits 120).
 
-    The teardown itself is skipped (the caller leaves with os._exit): in a
-    warm jail it would walk every object of the pre-imports (tens of ms for
-    numpy, pandas and pyplot), and the process ends with the jail anyway."""
+    The teardown itself is skipped (see exit_process): in a warm jail it
+    would walk every object of the pre-imports (tens of ms for numpy,
+    pandas and pyplot), and the process ends with the jail anyway."""
     threading = sys.modules.get("threading")
     if threading is not None:
         try:
@@ -533,8 +534,36 @@ def shutdown():
     # Files the user never closed keep what was written to them: the
     # interpreter's module teardown would flush them (not always: io objects
     # collected as one cycle can be closed bottom-up and lose their buffers).
-    # Only objects made by the user's code are listed: what came before is
-    # frozen (main).
+    flush_files()
+    # The user's module goes as it would at interpreter exit: collected
+    # whole, so that finalizers run while its globals are still there.
+    sys.modules.pop("__main__", None)
+    # The user's objects only: what came before is frozen (main).
+    gc.collect()
+    flush_files()  # what finalizers wrote
+    flushed = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except Exception as exc:
+            flushed = False
+            if stream is sys.stdout:  # an error flushing stderr goes unsaid
+                report_unraisable(exc, "Exception ignored on flushing sys.stdout")
+    # The original streams, if the user replaced them (the interpreter
+    # flushes them when it frees them).
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except Exception:
+            pass
+    return flushed
+
+
+def flush_files():
+    """Flush every open writable file object the user's code made (only
+    those are listed: what came before is frozen, see main)."""
     import io
 
     writers = [o for o in gc.get_objects() if isinstance(o, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))]
@@ -545,22 +574,20 @@ def shutdown():
                 f.flush()
         except Exception:
             pass
-    del writers
-    # The user's module goes as it would at interpreter exit: collected
-    # whole, so that finalizers run while its globals are still there.
-    sys.modules.pop("__main__", None)
-    # The user's objects only: what came before is frozen (main).
-    gc.collect()
-    flushed = True
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None and not stream.closed:
-                stream.flush()
-        except Exception as exc:
-            flushed = False
-            if stream is sys.stdout:  # an error flushing stderr goes unsaid
-                report_unraisable(exc, "Exception ignored on flushing sys.stdout")
-    return flushed
+
+
+def exit_process(status):
+    """Leave as a C program does after main: libc's exit flushes C stdio
+    (what extensions printed with printf, C++ streams) and runs C atexit
+    handlers, then the process ends, without the interpreter's teardown.
+    Called holding the GIL (PyDLL), so no daemon thread runs Python
+    meanwhile."""
+    try:
+        import ctypes
+
+        ctypes.PyDLL(None).exit(status)
+    finally:
+        os._exit(status)
 
 
 def report_unraisable(exc, message):
@@ -599,9 +626,14 @@ def run_user_process(records, saver):
         # the hook that drops the runner's frames).
         try:
             sys.excepthook(type(exc), exc, exc.__traceback__)
-        except BaseException:
+        except BaseException as hook_exc:
             try:
-                sys.__excepthook__(type(exc), exc, exc.__traceback__)
+                import traceback
+
+                print("Error in sys.excepthook:", file=sys.stderr)
+                traceback.print_exception(type(hook_exc), hook_exc, strip_runner_frames(hook_exc.__traceback__))
+                print("\nOriginal exception was:", file=sys.stderr)
+                traceback.print_exception(type(exc), exc, strip_runner_frames(exc.__traceback__))
             except BaseException:
                 pass
         status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
@@ -612,10 +644,14 @@ def run_user_process(records, saver):
         # process by SIGINT.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-    os._exit(status)
+    exit_process(status)
 
 
 def main():
+    # Imported as a module by the daemon: a runner.py the user puts in the
+    # workspace must import as theirs.
+    if __name__ != "__main__":
+        sys.modules.pop(__name__, None)
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
     prepare_matplotlib(saver)

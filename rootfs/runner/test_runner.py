@@ -42,7 +42,8 @@ class Result:
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
-        self.records = [json.loads(line) for line in records_raw.splitlines()]
+        # Blank lines are allowed (init starts its record on a new line).
+        self.records = [json.loads(line) for line in records_raw.splitlines() if line.strip()]
 
     def of_type(self, kind):
         return [r for r in self.records if r.get("type") == kind]
@@ -90,7 +91,9 @@ class RunnerTestCase(unittest.TestCase):
         }
         env.update(runner_env or {})
         proc = subprocess.Popen(
-            [INIT, sys.executable, "-s", "-B", RUNNER],
+            # As the daemon starts it: imported from its directory.
+            [INIT, sys.executable, "-s", "-B", "-c",
+             f"import sys; sys.path[0] = {os.path.dirname(RUNNER)!r}; import runner; runner.main()"],
             cwd=self.workspace,
             env=env,
             stdin=subprocess.PIPE,
@@ -341,6 +344,29 @@ class TestExit(RunnerTestCase):
         with open(os.path.join(self.workspace, "plain.txt")) as f:
             self.assertEqual(f.read(), "x" * 10)
 
+    def test_c_stdio_flushed_at_exit(self):
+        # printf from C into a pipe is buffered by libc until exit.
+        r = self.run_job("import ctypes\nctypes.CDLL(None).printf(b'from C\\n')\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "from C\n"), r.stderr)
+
+    def test_user_module_named_like_the_runner(self):
+        with open(os.path.join(self.workspace, "runner.py"), "w") as f:
+            f.write("X = 42\n")
+        r = self.run_job("import runner\nprint(runner.X)\n")
+        self.assertEqual((r.returncode, r.stdout), (0, "42\n"), r.stderr)
+
+    def test_failing_excepthook(self):
+        r = self.run_job(
+            "import sys\n"
+            "def h(*a): raise RuntimeError('hook')\n"
+            "sys.excepthook = h\n"
+            "raise ValueError('orig')\n"
+        )
+        self.assertEqual(r.returncode, 1)
+        for part in ("Error in sys.excepthook:", "RuntimeError: hook", "Original exception was:", "ValueError: orig"):
+            self.assertIn(part, r.stderr)
+        self.assertNoRunnerFrames(r.stderr)
+
     def test_stdout_flush_failure_at_exit(self):
         r = self.run_job(
             "import sys\n"
@@ -355,7 +381,7 @@ class TestExit(RunnerTestCase):
         self.assertIn("OSError: no", r.stderr)
 
     def test_sys_exit_large_and_negative(self):
-        for code, want in ((256 + 7, 7), (-1, 255)):
+        for code, want in ((256 + 7, 7), (-1, 255), (1 << 64, 255)):
             with self.subTest(code=code):
                 r = self.run_job(f"raise SystemExit({code})\n")
                 self.assertEqual(r.returncode, want)
