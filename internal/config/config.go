@@ -101,7 +101,7 @@ type Network struct {
 type Pool struct {
 	Size           int      `toml:"size"` // jails that imported preimport; 0: none
 	Preimport      []string `toml:"preimport"`
-	PlainSize      int      `toml:"plain_size"`       // jails that imported nothing; 0: none
+	PlainSize      int      `toml:"plain_size"`       // jails that imported none of preimport; 0: none
 	MinAvailableMB int64    `toml:"min_available_mb"` // 0: 10% of the host's memory
 }
 
