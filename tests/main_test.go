@@ -98,7 +98,10 @@ func writeConfigPool(dir, extra string, pool int) (string, error) {
 	// extra holds top-level keys, so it goes before baseConfig's sections.
 	// Daemons running at once must not share a cgroup name: each one's
 	// start-up sweep would take the others' jails for leftovers.
-	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\n",
+	// Nor may they flip the host's favordynmods under each other (each
+	// clears what it set when it stops); internal/jail's tests and the VM
+	// suite cover it.
+	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\ncgroup_favordynmods = false\n",
 		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig +
 		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", pool, pool)
 	p := filepath.Join(dir, "jaild.toml")

@@ -22,12 +22,24 @@ import (
 // touched (fspick reconfigures the superblock only). v1 hierarchies cannot
 // change flags on remount, so a pure v1 host keeps paying. It returns the
 // hierarchy it changed, "" when it had the option already.
-func favorDynmods() (string, error) {
+func favorDynmods() (string, error) { return setDynmods(true) }
+
+// restoreDynmods clears favordynmods again on the hierarchy favorDynmods
+// set it on, so that a stopped daemon (or one whose start failed) leaves
+// the host's cgroup options as it found them.
+func restoreDynmods() error {
+	_, err := setDynmods(false)
+	return err
+}
+
+// setDynmods sets or clears favordynmods; it returns the hierarchy it
+// changed, "" when the option was as asked already.
+func setDynmods(on bool) (string, error) {
 	m, err := cgroup2Mount()
 	if err != nil {
 		return "", err
 	}
-	if hasOption(m.VFSOptions, "favordynmods") {
+	if hasOption(m.VFSOptions, "favordynmods") == on {
 		return "", nil
 	}
 	fd, err := unix.Fspick(unix.AT_FDCWD, m.Mountpoint, unix.FSPICK_CLOEXEC|unix.FSPICK_NO_AUTOMOUNT|unix.FSPICK_SYMLINK_NOFOLLOW)
@@ -35,7 +47,11 @@ func favorDynmods() (string, error) {
 		return m.Mountpoint, &os.PathError{Op: "fspick", Path: m.Mountpoint, Err: err}
 	}
 	defer unix.Close(fd)
-	for _, opt := range strings.Split(m.VFSOptions+",favordynmods", ",") {
+	opts := withoutOption(m.VFSOptions, "favordynmods")
+	if on {
+		opts += ",favordynmods"
+	}
+	for _, opt := range strings.Split(opts, ",") {
 		var err error
 		switch k, v, ok := strings.Cut(opt, "="); {
 		case opt == "" || opt == "rw" || opt == "ro":
@@ -57,8 +73,8 @@ func favorDynmods() (string, error) {
 	if err != nil {
 		return m.Mountpoint, err
 	}
-	if !hasOption(after.VFSOptions, "favordynmods") {
-		return m.Mountpoint, fmt.Errorf("%s: favordynmods did not take effect (not in the host's cgroup namespace?)", m.Mountpoint)
+	if hasOption(after.VFSOptions, "favordynmods") != on {
+		return m.Mountpoint, fmt.Errorf("%s: favordynmods=%v did not take effect (not in the host's cgroup namespace?)", m.Mountpoint, on)
 	}
 	return m.Mountpoint, nil
 }
@@ -82,4 +98,14 @@ func hasOption(opts, name string) bool {
 		}
 	}
 	return false
+}
+
+func withoutOption(opts, name string) string {
+	var keep []string
+	for _, o := range strings.Split(opts, ",") {
+		if o != name {
+			keep = append(keep, o)
+		}
+	}
+	return strings.Join(keep, ",")
 }

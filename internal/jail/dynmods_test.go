@@ -1,11 +1,9 @@
 package jail
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 )
 
 // TestFavorDynmods clears favordynmods on the hierarchy the engine set it
@@ -17,25 +15,15 @@ func TestFavorDynmods(t *testing.T) {
 		t.Fatal("the engine (created with FavorDynmods) left no cgroup hierarchy with favordynmods")
 	}
 	before := *m
-	want := withoutOption(before.VFSOptions, "favordynmods")
-	fd, err := unix.Fspick(unix.AT_FDCWD, m.Mountpoint, unix.FSPICK_CLOEXEC)
-	if err != nil {
+	if err := restoreDynmods(); err != nil {
 		t.Fatal(err)
 	}
-	for _, opt := range strings.Split(want, ",") {
-		if k, v, ok := strings.Cut(opt, "="); ok {
-			err = unix.FsconfigSetString(fd, k, v)
-		} else if opt != "rw" && opt != "ro" {
-			err = unix.FsconfigSetFlag(fd, opt)
-		}
-		if err != nil {
-			t.Fatal(opt, err)
-		}
+	if cleared := dynmodsMount(t); cleared != nil {
+		t.Fatal("favordynmods still set after restoreDynmods")
 	}
-	if err := unix.FsconfigReconfigure(fd); err != nil {
-		t.Fatal(err)
+	if m2, err := cgroup2Mount(); err != nil || m2.VFSOptions != withoutOption(before.VFSOptions, "favordynmods") {
+		t.Fatalf("after restoreDynmods the options are %q, want %q", m2.VFSOptions, withoutOption(before.VFSOptions, "favordynmods"))
 	}
-	unix.Close(fd)
 	if dynmodsMount(t) != nil {
 		t.Fatal("favordynmods still set after clearing it")
 	}
@@ -68,14 +56,4 @@ func dynmodsMount(t *testing.T) *mountinfo.Info {
 		}
 	}
 	return nil
-}
-
-func withoutOption(opts, name string) string {
-	var keep []string
-	for _, o := range strings.Split(opts, ",") {
-		if o != name {
-			keep = append(keep, o)
-		}
-	}
-	return strings.Join(keep, ",")
 }

@@ -108,6 +108,7 @@ type Engine struct {
 	closed    bool
 	running   sync.WaitGroup // runs in progress
 	teardowns sync.WaitGroup // teardowns after runs that returned
+	dynmods   string         // the cgroup hierarchy whose favordynmods this engine set
 }
 
 // Idle waits until every finished run has been torn down: its cgroup,
@@ -169,6 +170,12 @@ func New(cfg Config) (_ *Engine, retErr error) {
 		case err != nil:
 			e.log.Warn("cannot set cgroup favordynmods; every jail's start waits for an RCU grace period", "err", err)
 		case where != "":
+			e.dynmods = where
+			defer func() {
+				if retErr != nil {
+					e.restoreDynmods()
+				}
+			}()
 			e.log.Info("set cgroup favordynmods: moving a jail's first process into its cgroups no longer waits for an RCU grace period", "hierarchy", where)
 		}
 	}
@@ -219,7 +226,22 @@ func (e *Engine) Close() error {
 			e.log.Warn("remove cgroup parent", "path", p, "err", err)
 		}
 	}
+	e.restoreDynmods()
 	return e.image.Close()
+}
+
+// restoreDynmods clears favordynmods if this engine set it: a stopped
+// daemon leaves the host's cgroup options as it found them.
+func (e *Engine) restoreDynmods() {
+	if e.dynmods == "" {
+		return
+	}
+	if err := restoreDynmods(); err != nil {
+		e.log.Warn("cannot clear cgroup favordynmods again", "hierarchy", e.dynmods, "err", err)
+		return
+	}
+	e.log.Info("cleared cgroup favordynmods again", "hierarchy", e.dynmods)
+	e.dynmods = ""
 }
 
 // ErrClosed is returned by Run after Close.

@@ -59,6 +59,9 @@ type box struct {
 	p          *pipes
 	net        *egress.Run // nil: loopback only
 	exited     chan exit   // receives the first process's end, once
+	// peak is a warm jail's memory.peak opened and reset for its run
+	// (cgroup v2, Linux 6.12+): the reset holds for this descriptor only.
+	peak *os.File
 }
 
 type exit struct {
@@ -165,6 +168,10 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 // mounts and run directory, then frees its host id range: only once every
 // process of the jail is gone can another jail have those ids.
 func (e *Engine) destroy(b *box) {
+	if b.peak != nil {
+		b.peak.Close()
+		b.peak = nil
+	}
 	free := true
 	if b.c != nil {
 		if err := b.c.Destroy(); err != nil {
@@ -311,6 +318,11 @@ wait:
 	st := readCgroupStats(b.cgroups)
 	res.CPUTime = st.cpu - base.cpu
 	res.PeakMemoryBytes = st.peak
+	if b.peak != nil {
+		if v, ok := readPeak(b.peak); ok {
+			res.PeakMemoryBytes = v
+		}
+	}
 	res.OOMKilled = st.oomKills > base.oomKills
 	res.Stdout, res.StdoutTruncated = stdout.buf, stdout.truncated
 	res.Stderr, res.StderrTruncated = stderr.buf, stderr.truncated
@@ -584,4 +596,31 @@ func keyed(path, key string) uint64 {
 		}
 	}
 	return 0
+}
+
+// resetPeak opens a warm jail's memory.peak and resets it for that
+// descriptor, so that the run's peak excludes the pool's imports (as v1's
+// memory.max_usage_in_bytes reset does). Kernels before 6.12 cannot reset
+// it; the run's peak then counts from the jail's start.
+func resetPeak(dir string) *os.File {
+	f, err := os.OpenFile(filepath.Join(dir, "memory.peak"), os.O_RDWR, 0)
+	if err != nil {
+		return nil
+	}
+	if _, err := f.WriteString("reset\n"); err != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// readPeak reads the peak since resetPeak from the same descriptor.
+func readPeak(f *os.File) (uint64, bool) {
+	buf := make([]byte, 32)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(buf[:n])), 10, 64)
+	return v, err == nil
 }

@@ -238,7 +238,7 @@ func ValidateTree(root, runner, init string) error {
 		}
 		fd, err := unix.Openat2(rootFd, strings.TrimPrefix(p, "/"), how)
 		if err != nil {
-			return fmt.Errorf("%w: %s: %v (missing, or a symlink on the way)", ErrInvalid, p, err)
+			return openat2Error(p, err)
 		}
 		defer unix.Close(fd)
 		var st unix.Stat_t
@@ -273,4 +273,18 @@ func ValidateTree(root, runner, init string) error {
 		return fmt.Errorf("%w: /dev is not empty (%s, ...)", ErrInvalid, ents[0].Name())
 	}
 	return nil
+}
+
+// openat2Error tells an image at fault (a path missing, a symlink or a
+// mount on the way) from a host that refused the call itself: a seccomp
+// filter of the service manager answers ENOSYS or EPERM (systemd's
+// RestrictSUIDSGID= did, for every openat2), and blaming the image for that
+// sends the operator to rebuild an image that is fine.
+func openat2Error(p string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV),
+		errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EAGAIN):
+		return fmt.Errorf("%w: %s: %v (missing, or a symlink or mount on the way)", ErrInvalid, p, err)
+	}
+	return fmt.Errorf("checking the image: the host refused openat2 on %s (%v): Linux 5.6+ is needed, and no seccomp filter (such as systemd's RestrictSUIDSGID=) may deny it", p, err)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // tree makes a minimal valid rootfs tree in a temp dir.
@@ -147,4 +149,25 @@ func FuzzParseManifest(f *testing.F) {
 			t.Fatalf("accepted an invalid manifest: %+v", m)
 		}
 	})
+}
+
+// A refused openat2 (a seccomp filter's ENOSYS or EPERM) is the host's
+// fault, not the image's: the message must not send the operator to
+// rebuild a good image.
+func TestOpenat2ErrorBlamesTheRightParty(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		invalid bool
+	}{
+		{unix.ENOENT, true}, {unix.ELOOP, true}, {unix.EXDEV, true}, {unix.ENOTDIR, true},
+		{unix.ENOSYS, false}, {unix.EPERM, false}, {unix.EACCES, false},
+	} {
+		err := openat2Error("/dev", tc.err)
+		if got := errors.Is(err, ErrInvalid); got != tc.invalid {
+			t.Errorf("%v: ErrInvalid = %v, want %v (%v)", tc.err, got, tc.invalid, err)
+		}
+		if !tc.invalid && !strings.Contains(err.Error(), "refused openat2") {
+			t.Errorf("%v: %q does not say the host refused the call", tc.err, err)
+		}
+	}
 }
