@@ -35,6 +35,11 @@ const maxConns = 1024
 
 func main() {
 	jail.Init() // when started as a jail's init, this never returns
+	// On cgroup v2: re-executes itself, seeing only its own cgroup subtree.
+	if err := jail.EnterCgroupView(); err != nil {
+		fmt.Fprintln(os.Stderr, "jaild:", err)
+		os.Exit(1)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "jaild:", err)
 		os.Exit(1)

@@ -271,11 +271,16 @@ func prepareCgroupV2() (string, error) {
 	if base == "" {
 		return "", errors.New("cgroup v2: no unified entry in /proc/self/cgroup")
 	}
+	if base, err = viewPath(base); err != nil {
+		return "", err
+	}
 	if filepath.Base(base) == "supervisor" {
 		// Moved already (an engine was created before in this process).
 		return filepath.Dir(base), nil
 	}
-	if base == "/" {
+	if base == "/" && cgroupView == "" {
+		// The hierarchy's real root, which may hold processes and
+		// children both.
 		return base, nil
 	}
 	sup := filepath.Join("/sys/fs/cgroup", base, "supervisor")

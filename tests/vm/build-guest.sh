@@ -74,5 +74,9 @@ mkdir "$work/out"
 mv "$work/disk.raw" "$work/vmlinuz" "$work/initrd.img" "$work/out/"
 rm -rf "$out"
 mv -T "$work/out" "$out"
+# Older recipes' guests are of no further use.
+for old in "$cache_dir"/*/; do
+  [[ ${old%/} != "$out" && -f $old/disk.raw ]] && rm -rf "${old%/}"
+done
 log "built $out in $(( $(date +%s) - start ))s"
 echo "$out"

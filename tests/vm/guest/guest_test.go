@@ -1,0 +1,538 @@
+//go:build vmguest
+
+// Package guest is the acceptance suite that runs inside the test VM
+// (tests/vm): a Debian guest with systemd as PID 1 and pure cgroup v2, where
+// jaild was installed from its Debian package and is started by systemd
+// through socket activation. It talks to the daemon only as users do: the
+// socket, systemctl and journalctl. It is built with the vmguest tag by
+// tests/vm/run.sh and is never part of `go test ./...` on a build host.
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	socket  = "/run/jaild/jaild.sock"
+	unit    = "jaild.service"
+	config  = "/etc/jaild/jaild.toml"
+	cgRoot  = "/sys/fs/cgroup"
+	upAddr  = "198.51.100.10:8080" // the egress upstream, in its own netns
+	upReply = "upstream says hello"
+)
+
+// TestMain doubles as the egress upstream's HTTP server when
+// JAILD_VM_SERVE is set (the suite starts itself in a network namespace).
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("JAILD_VM_SERVE"); addr != "" {
+		http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, upReply) })
+		fmt.Fprintln(os.Stderr, http.ListenAndServe(addr, nil))
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+var client = &http.Client{
+	Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}},
+	// A guest under software emulation is slow; a cold jail can take seconds.
+	Timeout: 5 * time.Minute,
+}
+
+type result struct {
+	Status    string `json:"status"`
+	ExitCode  *int   `json:"exit_code"`
+	Signal    *int   `json:"signal"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	OOMKilled bool   `json:"oom_killed"`
+	TimedOut  bool   `json:"timed_out"`
+	Usage     struct {
+		PeakMemoryBytes uint64 `json:"peak_memory_bytes"`
+		Warm            bool   `json:"warm"`
+	} `json:"usage"`
+}
+
+func call(method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://jaild"+path, rd)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func execute(t *testing.T, req map[string]any) *result {
+	t.Helper()
+	code, b, err := call("POST", "/v1/execute", req)
+	if err != nil || code != 200 {
+		t.Fatalf("execute: %d %s %v", code, b, err)
+	}
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func mainPID(t *testing.T) int {
+	t.Helper()
+	pid, _ := strconv.Atoi(run(t, "systemctl", "show", "-P", "MainPID", unit))
+	return pid
+}
+
+func info(t *testing.T) map[string]any {
+	t.Helper()
+	code, b, err := call("GET", "/v1/info", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("info: %d %s %v", code, b, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// serviceCgroup is the service's cgroup directory.
+func serviceCgroup(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(cgRoot, run(t, "systemctl", "show", "-P", "ControlGroup", unit))
+}
+
+// jailCgroups lists the jail cgroups beneath the service's.
+func jailCgroups(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	filepath.WalkDir(serviceCgroup(t), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && filepath.Base(filepath.Dir(p)) == "jails" {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); ; time.Sleep(200 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+	}
+}
+
+func cgroup2Options(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+3 < len(fields) && fields[i+1] == "cgroup2" && fields[4] == cgRoot {
+				return fields[i+3]
+			}
+		}
+	}
+	t.Fatal("no cgroup2 mount at " + cgRoot)
+	return ""
+}
+
+// writeConfig replaces the config with the package's, plus extra TOML
+// (top-level keys first, then sections), and restarts the service.
+func restartWith(t *testing.T, topLevel, sections string) {
+	t.Helper()
+	orig, err := os.ReadFile(config + ".orig")
+	if err != nil {
+		orig, err = os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(config+".orig", orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Top-level keys must come before the first section.
+	cfg := topLevel + "\n" + string(orig)
+	for _, sec := range strings.Split(sections, "\n[") {
+		if sec = strings.TrimSpace(sec); sec == "" {
+			continue
+		}
+		name, body, _ := strings.Cut(strings.TrimPrefix(sec, "["), "]")
+		hdr := "[" + name + "]"
+		if i := strings.Index(cfg, "\n"+hdr); i >= 0 {
+			j := i + 1 + len(hdr)
+			cfg = cfg[:j] + "\n" + strings.TrimSpace(body) + cfg[j:]
+		} else {
+			cfg += "\n" + hdr + "\n" + strings.TrimSpace(body) + "\n"
+		}
+	}
+	if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "systemctl", "restart", unit)
+	waitFor(t, 5*time.Minute, "jaild answers after restart", func() bool {
+		code, _, err := call("GET", "/v1/health", nil)
+		return err == nil && code == 200
+	})
+}
+
+func TestGuest(t *testing.T) {
+	if os.Getpid() == 1 || os.Geteuid() != 0 {
+		t.Fatal("the guest suite runs as root inside the test VM")
+	}
+	dynmodsBefore := strings.Contains(cgroup2Options(t), "favordynmods")
+	// What systemd enabled above jaild's delegated subtree, before jaild
+	// first starts: jaild must not change it.
+	above := map[string]string{}
+	for _, d := range []string{cgRoot, cgRoot + "/system.slice"} {
+		b, err := os.ReadFile(d + "/cgroup.subtree_control")
+		if err != nil {
+			t.Fatal(err)
+		}
+		above[d] = strings.TrimSpace(string(b))
+	}
+
+	t.Run("socket activation starts the service on the first connection", func(t *testing.T) {
+		if s := run(t, "systemctl", "is-active", "jaild.socket"); s != "active" {
+			t.Fatalf("jaild.socket is %s", s)
+		}
+		if s, _ := exec.Command("systemctl", "is-active", unit).Output(); strings.TrimSpace(string(s)) == "active" {
+			t.Fatal("jaild.service runs before anyone connected: the package should enable the socket only")
+		}
+		m := info(t)
+		if m["cgroup_mode"] != "v2" {
+			t.Fatalf("cgroup_mode %v, want v2", m["cgroup_mode"])
+		}
+		if s := run(t, "systemctl", "is-active", unit); s != "active" {
+			t.Fatalf("jaild.service is %s after the first request", s)
+		}
+		// The daemon moved itself into a leaf below its delegated cgroup.
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mainPID(t)))
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(cg)), "/jaild.service/supervisor") {
+			t.Fatalf("daemon's cgroup %q (%v), want .../jaild.service/supervisor", cg, err)
+		}
+	})
+
+	t.Run("print", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": "print(1)"})
+		if r.Status != "ok" || r.Stdout != "1\n" {
+			t.Fatalf("%+v", r)
+		}
+	})
+
+	t.Run("isolation from inside a run", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": `import os
+st = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(st['Seccomp'].strip(), st.get('Seccomp_filters', '?').strip(), st['CapEff'].strip())
+print(open('/proc/self/cgroup').read().strip())
+print(sorted(os.listdir('/sys/class/net')))
+print(open('/sys/fs/cgroup/memory.max').read().strip(), open('/sys/fs/cgroup/pids.max').read().strip())`,
+			"limits": map[string]any{"memory_mb": 256, "pids": 32}})
+		// One filter: jaild's own. systemd's seccomp-based hardening options
+		// would stack their filters onto every jail (11 were seen).
+		want := "2 1 0000000000000000\n0::/\n['lo']\n268435456 32\n"
+		if r.Status != "ok" || r.Stdout != want {
+			t.Fatalf("got %q (%s %s), want %q", r.Stdout, r.Status, r.Stderr, want)
+		}
+	})
+
+	t.Run("memory bomb ends in memory_limit, read from memory.events", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": "x = []\nwhile True:\n    x.append(bytearray(16 << 20))",
+			"limits": map[string]any{"memory_mb": 128}})
+		if r.Status != "memory_limit" || !r.OOMKilled {
+			t.Fatalf("%+v", r)
+		}
+	})
+
+	t.Run("fork bomb stops at pids.max", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": `import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)
+os._exit(0)`, "limits": map[string]any{"pids": 16, "timeout_ms": 60000}})
+		f := strings.Fields(r.Stdout)
+		if len(f) != 2 || f[1] != "11" {
+			t.Fatalf("want a count and EAGAIN (11): %+v", r)
+		}
+		if n, _ := strconv.Atoi(f[0]); n < 1 || n >= 16 {
+			t.Fatalf("forked %d children under pids 16", n)
+		}
+	})
+
+	t.Run("a sleep times out", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": "import time\ntime.sleep(600)", "limits": map[string]any{"timeout_ms": 3000}})
+		if r.Status != "timeout" || !r.TimedOut {
+			t.Fatalf("%+v", r)
+		}
+	})
+
+	t.Run("a double-forked sleeper dies with its run", func(t *testing.T) {
+		marker := "31415926"
+		r := execute(t, map[string]any{"code": fmt.Sprintf(`import os, subprocess
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        subprocess.Popen(['sleep', '%s']).wait()
+    os._exit(0)
+os.wait()
+print('forked')`, marker)})
+		if r.Status != "ok" {
+			t.Fatalf("%+v", r)
+		}
+		waitFor(t, 30*time.Second, "the sleeper outlived its run", func() bool {
+			return exec.Command("pgrep", "-f", "sleep "+marker).Run() != nil
+		})
+	})
+
+	t.Run("peak memory is plausible", func(t *testing.T) {
+		r := execute(t, map[string]any{"code": "x = bytearray(100 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1",
+			"limits": map[string]any{"memory_mb": 512}})
+		p := r.Usage.PeakMemoryBytes
+		if r.Status != "ok" || p < 100<<20 || p > 400<<20 {
+			t.Fatalf("peak %d MiB for a 100 MiB buffer: %+v", p>>20, r)
+		}
+	})
+
+	t.Run("the warm pool fills and serves; a warm run's peak is its own", func(t *testing.T) {
+		waitFor(t, 10*time.Minute, "the pool never filled", func() bool {
+			p := info(t)["pool"].(map[string]any)
+			return p["ready"].(float64) >= p["size"].(float64) && p["plain_ready"].(float64) >= p["plain_size"].(float64)
+		})
+		cold := execute(t, map[string]any{"code": "import json\nprint(1)", "env": map[string]any{"X": "cold"}})
+		warm := execute(t, map[string]any{"code": "import numpy\nprint(numpy.arange(4).sum())"})
+		if warm.Status != "ok" || warm.Stdout != "6\n" || !warm.Usage.Warm {
+			t.Fatalf("warm run: %+v", warm)
+		}
+		t.Logf("peak: cold print %d MiB, warm numpy %d MiB", cold.Usage.PeakMemoryBytes>>20, warm.Usage.PeakMemoryBytes>>20)
+		if warm.Usage.PeakMemoryBytes == 0 || warm.Usage.PeakMemoryBytes > 400<<20 {
+			t.Fatalf("warm peak %d", warm.Usage.PeakMemoryBytes)
+		}
+	})
+
+	t.Run("nothing written outside the delegated subtree", func(t *testing.T) {
+		for d, want := range above {
+			b, _ := os.ReadFile(d + "/cgroup.subtree_control")
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("%s/cgroup.subtree_control: %q before jaild, %q after its runs", d, want, got)
+			}
+		}
+	})
+
+	t.Run("no jail cgroup is left after the runs", func(t *testing.T) {
+		// The pool's idle jails are the only ones allowed.
+		p := info(t)["pool"].(map[string]any)
+		idle := int(p["ready"].(float64) + p["plain_ready"].(float64))
+		if got := jailCgroups(t); len(got) != idle {
+			t.Fatalf("%d jail cgroups with %d idle warm jails: %v", len(got), idle, got)
+		}
+	})
+
+	t.Run("group access to the socket", func(t *testing.T) {
+		exec.Command("useradd", "-m", "-G", "jaild", "alice").Run()
+		exec.Command("useradd", "-m", "mallory").Run()
+		out, err := exec.Command("runuser", "-u", "alice", "--", "curl", "-sS", "--unix-socket", socket, "http://jaild/v1/execute", "-d", `{"code":"print(6*7)"}`).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"stdout":"42\n"`) {
+			t.Fatalf("a member of jaild: %v %s", err, out)
+		}
+		out, err = exec.Command("runuser", "-u", "mallory", "--", "curl", "-sS", "--unix-socket", socket, "http://jaild/v1/info").CombinedOutput()
+		if err == nil || !strings.Contains(strings.ToLower(string(out)), "permission denied") {
+			t.Fatalf("a non-member reached the socket: %v %s", err, out)
+		}
+	})
+
+	t.Run("audit lines are in the journal", func(t *testing.T) {
+		out := run(t, "journalctl", "-u", unit, "--no-pager", "-o", "cat")
+		if !strings.Contains(out, `"msg":"audit"`) || !strings.Contains(out, `"op":"execute"`) {
+			t.Fatalf("no audit line for execute in the journal:\n%s", out)
+		}
+	})
+
+	t.Run("egress on request, loopback only otherwise", func(t *testing.T) {
+		upstream(t)
+		restartWith(t, "", "[network]\nenabled = true\nallow_group = \"\"\ndns = [\"198.51.100.10:53\"]\n[pool]\nsize = 0\nplain_size = 0\n")
+		code := fmt.Sprintf("import urllib.request\ntry:\n    print(urllib.request.urlopen('http://%s/', timeout=20).read().decode())\nexcept Exception as e:\n    print('no:', type(e).__name__)", upAddr)
+		on := execute(t, map[string]any{"code": code, "network": "internet", "allow_hosts": []string{upAddr}})
+		if on.Stdout != upReply+"\n" {
+			t.Fatalf("with egress: %+v", on)
+		}
+		off := execute(t, map[string]any{"code": code})
+		if !strings.HasPrefix(off.Stdout, "no:") {
+			t.Fatalf("without egress: %+v", off)
+		}
+	})
+
+	t.Run("a burst beyond capacity gets 503s, the rest run", func(t *testing.T) {
+		restartWith(t, "", "[admission]\nmax_concurrent = 1\nqueue_size = 1\nqueue_wait = \"60s\"\nrate_per_minute = 0\n[pool]\nsize = 0\nplain_size = 0\n")
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				c, b, err := call("POST", "/v1/execute", map[string]any{"code": "import time\ntime.sleep(4)\nprint('done')"})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					codes[-1]++
+					return
+				}
+				if c == 200 && !strings.Contains(string(b), `"stdout":"done\n"`) {
+					codes[-2]++
+				}
+				codes[c]++
+			})
+		}
+		wg.Wait()
+		if codes[200] < 1 || codes[503] < 1 || codes[200]+codes[503] != 6 {
+			t.Fatalf("status counts %v, want some 200 and some 503, nothing else", codes)
+		}
+	})
+
+	t.Run("systemctl stop with runs in flight", func(t *testing.T) {
+		restartWith(t, "", "[pool]\nsize = 0\nplain_size = 0\n")
+		var wg sync.WaitGroup
+		var r *result
+		var rerr error
+		wg.Go(func() {
+			c, b, err := call("POST", "/v1/execute", map[string]any{"code": "import time\ntime.sleep(5)\nprint('finished')"})
+			if err == nil && c != 200 {
+				err = fmt.Errorf("%d %s", c, b)
+			}
+			if rerr = err; err == nil {
+				r = new(result)
+				rerr = json.Unmarshal(b, r)
+			}
+		})
+		waitFor(t, time.Minute, "the run never started", func() bool { return len(jailCgroups(t)) > 0 })
+		start := time.Now()
+		run(t, "systemctl", "stop", unit)
+		wg.Wait()
+		if rerr != nil || r.Stdout != "finished\n" {
+			t.Fatalf("the run in flight did not finish within shutdown_grace: %+v %v", r, rerr)
+		}
+		t.Logf("stop took %v with a 5 s run in flight", time.Since(start).Round(time.Millisecond))
+		if got := jailCgroups(t); len(got) > 0 {
+			t.Fatalf("left after stop: %v", got)
+		}
+		if !dynmodsBefore && strings.Contains(cgroup2Options(t), "favordynmods") {
+			t.Fatal("favordynmods is still set on the host's cgroup2 after jaild stopped")
+		}
+	})
+
+	t.Run("a stop while the pool refills is prompt", func(t *testing.T) {
+		restartWith(t, "", "[pool]\nsize = 4\nplain_size = 4\n")
+		start := time.Now()
+		run(t, "systemctl", "stop", unit)
+		// Before the fix the refill went on jail after jail (18-32 s on
+		// real hardware, minutes here).
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("stop took %v while the pool was refilling", d)
+		}
+	})
+
+	t.Run("kill -9 of the main PID: systemd restarts it and the sweep removes everything", func(t *testing.T) {
+		restartWith(t, "", "[pool]\nsize = 0\nplain_size = 0\n")
+		go call("POST", "/v1/execute", map[string]any{"code": "import time\ntime.sleep(600)", "limits": map[string]any{"timeout_ms": 600000}})
+		waitFor(t, time.Minute, "the run never started", func() bool { return len(jailCgroups(t)) > 0 })
+		old := mainPID(t)
+		run(t, "systemctl", "kill", "--kill-whom=main", "--signal=KILL", unit)
+		waitFor(t, 5*time.Minute, "systemd did not restart jaild", func() bool {
+			p := mainPID(t)
+			return p != 0 && p != old && run(t, "systemctl", "is-active", unit) == "active"
+		})
+		waitFor(t, 5*time.Minute, "jaild answers after the restart", func() bool {
+			c, _, err := call("GET", "/v1/health", nil)
+			return err == nil && c == 200
+		})
+		waitFor(t, time.Minute, "the killed daemon's jail survived the restart", func() bool {
+			return len(jailCgroups(t)) == 0
+		})
+	})
+
+	t.Run("jailctl doctor passes", func(t *testing.T) {
+		out, err := exec.Command("jailctl", "doctor").CombinedOutput()
+		t.Logf("jailctl doctor:\n%s", out)
+		if err != nil {
+			t.Fatalf("jailctl doctor failed: %v", err)
+		}
+	})
+}
+
+// upstream puts an HTTP server at upAddr in a network namespace routed
+// from the guest, as a host on the internet would be.
+func upstream(t *testing.T) {
+	t.Helper()
+	exec.Command("ip", "netns", "del", "up").Run()
+	for _, c := range [][]string{
+		{"ip", "netns", "add", "up"},
+		{"ip", "link", "add", "vup", "type", "veth", "peer", "name", "vup0", "netns", "up"},
+		{"ip", "addr", "add", "198.51.100.1/24", "dev", "vup"},
+		{"ip", "link", "set", "vup", "up"},
+		{"ip", "-n", "up", "addr", "add", "198.51.100.10/24", "dev", "vup0"},
+		{"ip", "-n", "up", "link", "set", "vup0", "up"},
+		{"ip", "-n", "up", "link", "set", "lo", "up"},
+		{"ip", "-n", "up", "route", "add", "default", "via", "198.51.100.1"},
+	} {
+		run(t, c[0], c[1:]...)
+	}
+	self, _ := os.Executable()
+	cmd := exec.Command("ip", "netns", "exec", "up", self)
+	cmd.Env = append(os.Environ(), "JAILD_VM_SERVE="+upAddr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, time.Minute, "the upstream never listened", func() bool {
+		c, err := net.DialTimeout("tcp", upAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# make vm-test: boot a Debian trixie guest (systemd as PID 1, pure cgroup
+# v2) under qemu, install jaild there from its Debian packages, and run the
+# guest suite (tests/vm/guest) and the jail package's tests inside it.
+# KVM when /dev/kvm exists, software emulation (TCG) otherwise. A guest that
+# has not powered off by the deadline is killed and the test fails with its
+# console log. Runs as root; needs the packages built by `make deb` in DEBS.
+#
+# usage: tests/vm/run.sh DEBS_DIR      (env: VM_CACHE, VM_TIMEOUT seconds, VM_KEEP=1)
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+debs=$(cd "${1:?usage: run.sh DEBS_DIR}" && pwd)
+timeout=${VM_TIMEOUT:-3000}
+
+log() { printf 'vm-test: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing (apt-get install qemu-system-x86 qemu-utils)"
+guest=$(bash "$here/build-guest.sh" --cache-dir "${VM_CACHE:-/var/cache/jaild/vm}" | tail -n1)
+ls "$debs"/jaild_*.deb "$debs"/jaild-rootfs_*.deb >/dev/null || die "no jaild_*.deb and jaild-rootfs_*.deb in $debs (make deb)"
+
+work=$(mktemp -d /var/tmp/jaild-vm.XXXXXX)
+qemu_pid=
+cleanup() {
+  [[ -n $qemu_pid ]] && kill -9 "$qemu_pid" 2>/dev/null || true
+  if [[ ${VM_KEEP:-0} == 1 ]]; then log "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+share=$work/share
+mkdir -p "$share/src"
+
+# What the guest runs: the packages, the guest suite, and the jail
+# package's own tests with the files they read relative to their source.
+cp "$debs"/jaild_*.deb "$debs"/jaild-rootfs_*.deb "$share/"
+export CGO_ENABLED=1
+go=${GO:-go}
+"$go" test -c -trimpath -tags 'seccomp vmguest' -o "$share/guest.test" "$repo/tests/vm/guest"
+"$go" test -c -trimpath -tags seccomp -o "$share/jail.test" "$repo/internal/jail"
+mkdir -p "$share/src/internal/jail"
+cp -r "$repo/seccomp-profiles" "$share/src/"
+cp "$here/guest.sh" "$share/guest.sh"
+chmod 0755 "$share/guest.sh"
+
+qemu-img create -q -f qcow2 -F raw -b "$guest/disk.raw" "$work/disk.qcow2"
+accel=tcg cpu=max
+if [[ -w /dev/kvm ]]; then accel=kvm cpu=host; fi
+log "booting the guest ($accel; deadline ${timeout}s)"
+start=$(date +%s)
+qemu-system-x86_64 -machine q35,accel=$accel -cpu $cpu -smp 2 -m 6144 \
+  -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=0" \
+  -drive file="$work/disk.qcow2",if=virtio,format=qcow2 \
+  -virtfs local,path="$share",mount_tag=host,security_model=none,id=host \
+  -nic none -display none -serial file:"$work/console.log" -monitor none \
+  -no-reboot &
+qemu_pid=$!
+while kill -0 "$qemu_pid" 2>/dev/null; do
+  if (( $(date +%s) - start > timeout )); then
+    log "the guest did not finish within ${timeout}s; its console:"
+    tail -n 200 "$work/console.log" >&2 || true
+    exit 1
+  fi
+  sleep 5
+done
+wait "$qemu_pid" || true
+qemu_pid=
+log "guest ran for $(( $(date +%s) - start ))s"
+
+[[ -f $share/guest.log ]] && cat "$share/guest.log"
+for f in security.txt journal.txt; do
+  [[ -f $share/$f ]] && cp "$share/$f" "${VM_OUT:-/tmp}/jaild-vm-$f" && log "saved ${VM_OUT:-/tmp}/jaild-vm-$f"
+done
+rc=$(cat "$share/guest.rc" 2>/dev/null || echo missing)
+if [[ $rc != 0 ]]; then
+  log "guest suite failed (status: $rc); the console's last lines:"
+  tail -n 80 "$work/console.log" >&2 || true
+  exit 1
+fi
+log "guest suite passed"
