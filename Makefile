@@ -2,7 +2,15 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-GO        ?= $(shell command -v go || echo /usr/local/go/bin/go)
+# Go: the first of PATH's, /usr/local/go's and our own that is 1.26 or
+# newer; with none, `make deps` fetches the exact version go.mod names from
+# the Go module proxy (a stock Debian or Ubuntu server has no Go 1.26).
+GO_VERSION := $(shell sed -n 's/^go //p' go.mod)
+GO_CACHE   ?= /var/cache/jaild/go
+GO_BOOT    := $(GO_CACHE)/go$(GO_VERSION)/bin/go
+GO        ?= $(shell for g in $$(command -v go) /usr/local/go/bin/go $(GO_BOOT); do [ -x $$g ] && $$g version 2>/dev/null | grep -qE ' go1\.(2[6-9]|[3-9][0-9])' && { echo $$g; exit; }; done; echo $(GO_BOOT))
+# An older 1.26.x switches to go.mod's version through the module proxy.
+export GOTOOLCHAIN ?= auto
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # Seccomp in libcontainer needs cgo and the seccomp tag; a binary built
 # without them refuses to start a jail (internal/seccomp fails closed).
@@ -20,9 +28,11 @@ PREFIX       ?= /usr/local
 
 # Host packages: cgo's libseccomp and the jail's init (a static C program),
 # the rootfs builder, systemd's helpers, the egress tests' upstream namespace.
-APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl iproute2
+APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl unzip iproute2
+# The Debian package and the systemd + cgroup v2 test VM.
+VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 
-.PHONY: help deps build rootfs groups test test-unit vet fuzz run install mcp-conformance soak security-report bench bench-engine clean
+.PHONY: help deps vm-deps build rootfs groups test test-host test-unit vet fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,8 +42,24 @@ deps: ## install host packages (root; Debian/Ubuntu)
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+	@if ! [ -x "$(GO)" ]; then \
+		arch=$$(dpkg --print-architecture); mod=golang.org/toolchain@v0.0.1-go$(GO_VERSION).linux-$$arch; \
+		echo "no Go 1.26 found: fetching $$mod from the Go module proxy into $(GO_CACHE)"; \
+		mkdir -p $(GO_CACHE) && rm -rf $(GO_CACHE)/.fetch && mkdir $(GO_CACHE)/.fetch && \
+		curl -fsSL --retry 3 -o $(GO_CACHE)/.fetch/go.zip "$${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/v0.0.1-go$(GO_VERSION).linux-$$arch.zip" && \
+		unzip -q $(GO_CACHE)/.fetch/go.zip -d $(GO_CACHE)/.fetch && \
+		chmod -R a+rX,u+w $(GO_CACHE)/.fetch/$$mod && chmod a+x $(GO_CACHE)/.fetch/$$mod/bin/* $(GO_CACHE)/.fetch/$$mod/pkg/tool/*/* && \
+		rm -rf $(GO_CACHE)/go$(GO_VERSION) && mv $(GO_CACHE)/.fetch/$$mod $(GO_CACHE)/go$(GO_VERSION) && rm -rf $(GO_CACHE)/.fetch && \
+		$(GO_BOOT) version; \
+	fi
 
-build: ## build bin/jaild, bin/jailctl and bin/jailbench
+vm-deps: deps ## install what make deb and make vm-test need (root; Debian/Ubuntu)
+	@missing=$$(for p in $(VM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+build: deps ## build bin/jaild, bin/jailctl and bin/jailbench
 	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
@@ -44,9 +70,11 @@ vet: ## gofmt and go vet
 	$(GO) vet $(BUILDFLAGS) ./...
 
 test-unit: ## tests that need neither root nor the rootfs
-	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./internal/mcp/ ./cmd/jailctl/
+	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./internal/mcp/ ./internal/doctor/ ./cmd/jailctl/
 
-test: deps rootfs vet ## all tests, real jails included (root), then every fuzz target briefly
+test: test-host vm-test ## every test: the host's (real jails), then the systemd + cgroup v2 VM's (root)
+
+test-host: deps rootfs vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
 	$(MAKE) --no-print-directory mcp-conformance
@@ -85,6 +113,14 @@ install: deps rootfs build groups ## install binaries, the rootfs, the seccomp p
 	install -D -m 0644 systemd/jaild.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/jaild.conf
 	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; echo "now: systemctl enable --now jaild.socket"; fi
 
+deb: vm-deps rootfs ## build dist/jaild_*.deb and dist/jaild-rootfs_*.deb and check them with lintian (root)
+	rm -rf dist
+	GO=$(GO) IMAGE_DIR=$(IMAGE_DIR) bash deploy/debian/build.sh dist
+	bash deploy/debian/lint.sh dist
+
+vm-test: deb ## boot a Debian guest with systemd and cgroup v2 (qemu), install the packages, run the guest suite (root; ~20 min without KVM)
+	GO=$(GO) bash tests/vm/run.sh dist
+
 mcp-conformance: rootfs build ## the official MCP conformance suite against jailctl mcp --http (root; npm)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) bash tests/conformance/run.sh
 
@@ -101,4 +137,4 @@ bench-engine: ## Go benchmark of one cold jail (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 30x ./internal/jail/
 
 clean: ## remove build outputs (not the rootfs cache)
-	rm -rf bin bench.json
+	rm -rf bin dist bench.json

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { os.Exit(setup(m)) }
 
 func setup(m *testing.M) int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "tests/ start real jaild daemons and need root (run `sudo make test`)")
+		fmt.Fprintln(os.Stderr, "tests/ start real jaild daemons and need root (run `make test` as root)")
 		return 1
 	}
 	imageDir = os.Getenv("JAILD_IMAGE_DIR")

@@ -51,6 +51,7 @@ func init() {
 		{"format", "[flags] [FILE|-]", "format Python code with ruff", formatHelp, runFormat},
 		{"info", "[flags]", "show the daemon's version, image, limits and capacity", "", runInfo},
 		{"health", "[flags]", "check that the daemon is serving", "", runHealth},
+		{"doctor", "[flags]", "check the host, the image and the socket before use; each failed check names its fix", doctorHelp, runDoctor},
 		{"mcp", "[flags]", "serve the daemon's tools to AI agents over MCP (stdio, or --http)", mcpHelp, runMCP},
 		{"version", "", "print jailctl's version", "", runVersion},
 	}

@@ -567,3 +567,33 @@ func TestInterrupt(t *testing.T) {
 		t.Errorf("got %d %q; want 130 and an interrupted note", code, errOut.String())
 	}
 }
+
+// doctor reports on this host and on the (fake) daemon behind the socket:
+// --json has every check, and the exit status says whether any failed.
+func TestDoctor(t *testing.T) {
+	d := newFakeDaemon(t, map[string]reply{"GET /v1/info": {200, nil, `{"version":"v-fake","cgroup_mode":"v2"}`}})
+	os.Chmod(d.sock, 0o660)
+	cfg := filepath.Join(t.TempDir(), "jaild.toml")
+	os.WriteFile(cfg, []byte(`image = "/nonexistent/image"`+"\n"), 0o644)
+	r := jailctl(t, d.sock, "", "doctor", "--json", "--config", cfg)
+	var rep struct {
+		Checks []struct{ Name, Status, Detail, Fix string }
+		OK     bool
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("doctor --json: %v\n%s\n%s", err, r.stdout, r.stderr)
+	}
+	got := map[string]string{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c.Status
+		if c.Status == "fail" && c.Fix == "" {
+			t.Errorf("%s failed without naming a fix", c.Name)
+		}
+	}
+	if got["daemon"] != "ok" || got["socket"] == "fail" || got["rootfs image"] != "fail" || rep.OK || r.code != exitFail {
+		t.Errorf("checks %v, ok %v, exit %d: want the daemon and socket ok, the missing image failing the report (exit 1)", got, rep.OK, r.code)
+	}
+	if r = jailctl(t, d.sock, "", "doctor", "--config", cfg); !strings.Contains(r.stdout, "fix: install jaild-rootfs") || r.code != exitFail {
+		t.Errorf("human report (exit %d):\n%s", r.code, r.stdout)
+	}
+}

@@ -98,9 +98,9 @@ func (e *ConnectError) hint() string {
 	const other = "set JAILD_SOCKET or --socket for another socket"
 	switch {
 	case errors.Is(e.Err, syscall.ENOENT), errors.Is(e.Err, syscall.ECONNREFUSED):
-		return `is the daemon running? start it with "sudo systemctl start jaild.socket" or "sudo make run"; ` + other
+		return `is the daemon running? start it (as root) with "systemctl start jaild.socket" or "make run"; ` + other
 	case errors.Is(e.Err, syscall.EACCES), errors.Is(e.Err, syscall.EPERM):
-		return `only root and members of the jaild group may use the socket: "sudo usermod -aG jaild $USER", then log in again; ` + other
+		return `only root and members of the jaild group may use the socket: "usermod -aG jaild $USER" as root, then log in again; ` + other
 	}
 	return other
 }

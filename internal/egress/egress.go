@@ -616,3 +616,14 @@ func (m *Manager) delRunRules(r *Run) error {
 	}
 	return c.Flush()
 }
+
+// Available reports whether the kernel's nf_tables answers this process
+// (which needs CAP_NET_ADMIN): egress needs it, loopback-only runs do not.
+func Available() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	_, err = c.ListTablesOfFamily(nftables.TableFamilyINet)
+	return err
+}

@@ -19,12 +19,15 @@ var testEngine *Engine
 
 func TestMain(m *testing.M) {
 	Init() // libcontainer re-executes the test binary as the jail's init
+	if probe := os.Getenv(controlProbeEnv); probe != "" {
+		controlProbe(probe) // never returns
+	}
 	os.Exit(runTests(m))
 }
 
 func runTests(m *testing.M) int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "internal/jail tests run real jails and need root (run `sudo make test`)")
+		fmt.Fprintln(os.Stderr, "internal/jail tests run real jails and need root (run `make test` as root)")
 		return 1
 	}
 	imageDir := os.Getenv("JAILD_IMAGE_DIR")

@@ -158,6 +158,25 @@ func (im *Image) Close() error {
 	return nil
 }
 
+// Verify checks the image in dir against its manifest (size and sha256
+// digest) without mounting it, and returns the manifest.
+func Verify(dir string) (*Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m, err := ParseManifest(data)
+	if err != nil {
+		return nil, err
+	}
+	img, err := os.Open(filepath.Join(dir, ImageFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	defer img.Close()
+	return m, verifyDigest(img, m)
+}
+
 func verifyDigest(f *os.File, m *Manifest) error {
 	st, err := f.Stat()
 	if err != nil {

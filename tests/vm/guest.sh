@@ -14,8 +14,8 @@ echo "vm-guest: kernel $(uname -r), /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgro
 mkdir -p /opt/vmtest
 cp "$share/guest.test" "$share/jail.test" /opt/vmtest/ && cp -r "$share/src" /opt/vmtest/ || fail "copy"
 
-echo "vm-guest: apt-get install ./jaild_*.deb ./jaild-rootfs_*.deb (offline)"
-cd "$share" && apt-get install -y --no-download ./jaild_*.deb ./jaild-rootfs_*.deb || fail "installing the packages"
+echo "vm-guest: apt-get install ./jaild_*.deb ./jaild-rootfs_*.deb (offline: every dependency is in the guest)"
+apt-get install -y "$share"/jaild_*.deb "$share"/jaild-rootfs_*.deb || fail "installing the packages"
 cd /
 for u in jaild.socket jaild.service; do
   echo "vm-guest: $u: enabled=$(systemctl is-enabled $u 2>&1) active=$(systemctl is-active $u 2>&1)"
@@ -35,6 +35,7 @@ image=$(sed -n 's/^image *= *"\([^"]*\)".*/\1/p' /etc/jaild/jaild.toml)
 echo "vm-guest: === removal and purge"
 apt-get remove -y jaild >/dev/null 2>&1 || fail "apt-get remove"
 [ -d /var/lib/jaild ] || fail "remove deleted /var/lib/jaild (data must stay until purge)"
+rm -f /etc/jaild/jaild.toml.orig   # the suite's own copy
 apt-get purge -y jaild jaild-rootfs >/dev/null 2>&1 || fail "apt-get purge"
 for d in /var/lib/jaild /etc/jaild; do [ ! -e $d ] || fail "$d is left after purge"; done
 

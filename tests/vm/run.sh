@@ -42,30 +42,49 @@ cp -r "$repo/seccomp-profiles" "$share/src/"
 cp "$here/guest.sh" "$share/guest.sh"
 chmod 0755 "$share/guest.sh"
 
-qemu-img create -q -f qcow2 -F raw -b "$guest/disk.raw" "$work/disk.qcow2"
-accel=tcg cpu=max
-if [[ -w /dev/kvm ]]; then accel=kvm cpu=host; fi
-log "booting the guest ($accel; deadline ${timeout}s)"
-start=$(date +%s)
-qemu-system-x86_64 -machine q35,accel=$accel -cpu $cpu -smp 2 -m 6144 \
-  -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
-  -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=0" \
-  -drive file="$work/disk.qcow2",if=virtio,format=qcow2 \
-  -virtfs local,path="$share",mount_tag=host,security_model=none,id=host \
-  -nic none -display none -serial file:"$work/console.log" -monitor none \
-  -no-reboot &
-qemu_pid=$!
-while kill -0 "$qemu_pid" 2>/dev/null; do
-  if (( $(date +%s) - start > timeout )); then
-    log "the guest did not finish within ${timeout}s; its console:"
-    tail -n 200 "$work/console.log" >&2 || true
-    exit 1
-  fi
-  sleep 5
-done
-wait "$qemu_pid" || true
-qemu_pid=
-log "guest ran for $(( $(date +%s) - start ))s"
+# boot ACCEL CPU: run the guest to its power-off, or kill it at the deadline.
+boot() {
+  rm -f "$work/disk.qcow2"
+  qemu-img create -q -f qcow2 -F raw -b "$guest/disk.raw" "$work/disk.qcow2"
+  log "booting the guest ($1; deadline ${timeout}s)"
+  start=$(date +%s)
+  qemu-system-x86_64 -machine q35,accel=$1 -cpu $2 -smp 2 -m 6144 \
+    -kernel "$guest/vmlinuz" -initrd "$guest/initrd.img" \
+    -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=0" \
+    -drive file="$work/disk.qcow2",if=virtio,format=qcow2 \
+    -virtfs local,path="$share",mount_tag=host,security_model=none,id=host \
+    -nic none -display none -serial file:"$work/console.log" -monitor none \
+    -no-reboot 2>"$work/qemu.err" &
+  qemu_pid=$!
+  while kill -0 "$qemu_pid" 2>/dev/null; do
+    if (( $(date +%s) - start > timeout )); then
+      log "the guest did not finish within ${timeout}s; its console:"
+      tail -n 200 "$work/console.log" >&2 || true
+      exit 1
+    fi
+    sleep 5
+  done
+  local rc=0
+  wait "$qemu_pid" || rc=$?
+  qemu_pid=
+  log "guest ran for $(( $(date +%s) - start ))s (qemu exit status $rc)"
+  return "$rc"
+}
+
+# KVM when /dev/kvm works: on some hosts it exists but cannot run a guest
+# (nested virtualization refuses the CPU's MSRs), and qemu aborts at once.
+accel=${VM_ACCEL:-}
+if [[ -z $accel ]]; then
+  accel=tcg
+  [[ -w /dev/kvm ]] && accel=kvm
+fi
+cpu=max
+[[ $accel == kvm ]] && cpu=host
+if ! boot "$accel" "$cpu" && [[ $accel == kvm && ! -s $work/console.log ]]; then
+  log "KVM is unusable here ($(tr '\n' ' ' < "$work/qemu.err" | cut -c1-200)); software emulation instead"
+  boot tcg max || true
+fi
+cat "$work/qemu.err" >&2 || true
 
 [[ -f $share/guest.log ]] && cat "$share/guest.log"
 for f in security.txt journal.txt; do

@@ -1,0 +1,426 @@
+// Package doctor is the preflight behind `jailctl doctor`: it checks what
+// jaild needs from a host (kernel, cgroups and the controllers delegated to
+// jaild, user namespaces, squashfs and loop devices, seccomp and this
+// build's support for it, nftables for egress), the rootfs image, the
+// socket, and whether the daemon answers. Each failed check names its fix.
+//
+// Host facts are read beneath Options.Root ("/" on a real host), so the
+// checks are tested against fixture trees without root.
+package doctor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/seccomp"
+)
+
+// Status is a check's outcome. Only Fail makes the report fail.
+type Status string
+
+const (
+	OK   Status = "ok"
+	Warn Status = "warn"
+	Fail Status = "fail"
+	Skip Status = "skip"
+)
+
+// Check is one check's result. Fix is set when Status is Warn or Fail.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Report is every check, in order; OK is false when any check failed.
+type Report struct {
+	Checks []Check `json:"checks"`
+	OK     bool    `json:"ok"`
+}
+
+// Options says where to look.
+type Options struct {
+	Root           string // host root for /proc and /sys ("" or "/": the real one)
+	Image          string // the rootfs image directory
+	SeccompProfile string
+	Socket         string
+	SocketGroup    string // the group the socket should have
+	Unit           string // the systemd unit whose cgroup holds the jails ("jaild.service")
+	// Daemon asks the daemon for /v1/info; nil skips the check.
+	Daemon func(context.Context) (*api.Info, error)
+	// Nftables asks the kernel's nf_tables for its tables; nil skips.
+	Nftables func() error
+}
+
+// Run runs every check.
+func Run(ctx context.Context, o Options) Report {
+	if o.Root == "" {
+		o.Root = "/"
+	}
+	if o.Unit == "" {
+		o.Unit = "jaild.service"
+	}
+	checks := []Check{
+		o.kernel(),
+		o.cgroups(),
+		o.userns(),
+		o.filesystems(),
+		o.loop(),
+		o.seccomp(),
+		o.nftables(),
+		o.image(),
+		o.socket(),
+		o.daemon(ctx),
+	}
+	r := Report{Checks: checks, OK: true}
+	for _, c := range checks {
+		if c.Status == Fail {
+			r.OK = false
+		}
+	}
+	return r
+}
+
+func (o Options) path(p string) string { return filepath.Join(o.Root, p) }
+
+func (o Options) read(p string) (string, error) {
+	b, err := os.ReadFile(o.path(p))
+	return strings.TrimSpace(string(b)), err
+}
+
+// kernelVersion parses "6.12.17-amd64" into 6, 12.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return major, minor, err1 == nil && err2 == nil
+}
+
+func (o Options) kernel() Check {
+	c := Check{Name: "kernel"}
+	rel, err := o.read("/proc/sys/kernel/osrelease")
+	major, minor, ok := kernelVersion(rel)
+	switch {
+	case err != nil || !ok:
+		c.Status, c.Detail, c.Fix = Fail, fmt.Sprintf("cannot read the kernel release (%q)", rel), "check that /proc is mounted"
+	case major < 5 || major == 5 && minor < 6:
+		c.Status, c.Detail, c.Fix = Fail, "Linux "+rel+": jaild needs 5.6 or newer (openat2, pidfds)", "upgrade the kernel (Debian 12 ships 6.1)"
+	case major < 6:
+		c.Status, c.Detail, c.Fix = Warn, "Linux "+rel+": works; 6.0+ starts jails ~10 ms sooner (favordynmods), 6.12+ resets a warm run's memory peak", "a newer kernel, when convenient"
+	default:
+		c.Status, c.Detail = OK, "Linux "+rel
+	}
+	return c
+}
+
+// cgroupFS returns the file system type mounted at /sys/fs/cgroup and at
+// /sys/fs/cgroup/unified, from the host's mountinfo.
+func (o Options) cgroupFS() (top, unified string, err error) {
+	f, err := os.Open(o.path("/proc/self/mountinfo"))
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld != "-" || i+1 >= len(fields) || len(fields) < 5 {
+				continue
+			}
+			switch fields[4] {
+			case "/sys/fs/cgroup":
+				top = fields[i+1]
+			case "/sys/fs/cgroup/unified":
+				unified = fields[i+1]
+			}
+		}
+	}
+	return top, unified, sc.Err()
+}
+
+func (o Options) cgroups() Check {
+	c := Check{Name: "cgroups"}
+	top, unified, err := o.cgroupFS()
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Fail, "cannot read mountinfo: "+err.Error(), "check that /proc is mounted"
+		return c
+	}
+	switch {
+	case top == "cgroup2":
+		// The jails' parent is the unit's cgroup; before it first
+		// starts, the root shows what systemd can delegate.
+		where := "/sys/fs/cgroup/system.slice/" + o.Unit
+		ctrl, err := o.read(where + "/cgroup.controllers")
+		if err != nil {
+			where = "/sys/fs/cgroup"
+			ctrl, err = o.read(where + "/cgroup.controllers")
+		}
+		if err != nil {
+			c.Status, c.Detail, c.Fix = Fail, "cgroup v2, but cgroup.controllers is unreadable", "mount cgroup2 at /sys/fs/cgroup"
+			return c
+		}
+		have := strings.Fields(ctrl)
+		var missing []string
+		for _, need := range []string{"memory", "pids"} {
+			if !contains(have, need) {
+				missing = append(missing, need)
+			}
+		}
+		if len(missing) > 0 {
+			c.Status = Fail
+			c.Detail = fmt.Sprintf("cgroup v2; %s has controllers [%s], missing %s", where, ctrl, strings.Join(missing, ", "))
+			c.Fix = "run jaild under systemd with Delegate=yes (the shipped jaild.service), on a kernel with the memory and pids controllers"
+			return c
+		}
+		c.Status, c.Detail = OK, fmt.Sprintf("cgroup v2 (unified); %s has controllers [%s]", where, ctrl)
+	case top == "tmpfs":
+		var missing []string
+		for _, need := range []string{"memory", "pids"} {
+			if _, err := os.Stat(o.path("/sys/fs/cgroup/" + need)); err != nil {
+				missing = append(missing, need)
+			}
+		}
+		mode := "v1"
+		if unified == "cgroup2" {
+			mode = "v1 (hybrid, with a cgroup2 hierarchy at /sys/fs/cgroup/unified)"
+		}
+		if len(missing) > 0 {
+			c.Status, c.Detail, c.Fix = Fail, "cgroup "+mode+", no hierarchy for "+strings.Join(missing, ", "), "mount the memory and pids cgroup hierarchies"
+			return c
+		}
+		c.Status, c.Detail = Warn, "cgroup "+mode+": supported, but production hosts should be pure v2"
+		c.Fix = "boot with systemd.unified_cgroup_hierarchy=1 (the default since Debian 11 and Ubuntu 21.10)"
+	default:
+		c.Status, c.Detail, c.Fix = Fail, "no cgroup file system at /sys/fs/cgroup", "mount cgroup2 at /sys/fs/cgroup"
+	}
+	return c
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (o Options) userns() Check {
+	c := Check{Name: "user namespaces"}
+	v, err := o.read("/proc/sys/user/max_user_namespaces")
+	n, perr := strconv.Atoi(v)
+	switch {
+	case err != nil:
+		c.Status, c.Detail, c.Fix = Fail, "the kernel has no user namespaces", "a kernel built with CONFIG_USER_NS"
+		return c
+	case perr != nil || n < 16:
+		c.Status, c.Detail, c.Fix = Fail, "user.max_user_namespaces = "+v, "sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d)"
+		return c
+	}
+	c.Status, c.Detail = OK, "user.max_user_namespaces = "+v
+	// Ubuntu 23.10+ restricts unprivileged user namespaces with AppArmor;
+	// jaild creates them as root with CAP_SYS_ADMIN, which the
+	// restriction does not cover.
+	if a, err := o.read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil {
+		c.Detail += "; kernel.apparmor_restrict_unprivileged_userns = " + a
+		if a == "1" {
+			c.Detail += " (restricts unprivileged processes only: jaild creates namespaces as root, so it is not affected)"
+		}
+	}
+	return c
+}
+
+func (o Options) filesystems() Check {
+	c := Check{Name: "file systems"}
+	data, err := o.read("/proc/filesystems")
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Fail, "cannot read /proc/filesystems", "check that /proc is mounted"
+		return c
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Split(data, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 {
+			have[f[len(f)-1]] = true
+		}
+	}
+	var notes []string
+	for _, fs := range []string{"squashfs", "tmpfs", "overlay"} {
+		if have[fs] {
+			notes = append(notes, fs)
+		}
+	}
+	c.Detail = "available: " + strings.Join(notes, ", ")
+	switch {
+	case !have["tmpfs"]:
+		c.Status, c.Fix = Fail, "a kernel with tmpfs (every workspace is a tmpfs)"
+	case !have["squashfs"]:
+		// A module that is installed but not loaded yet is loaded by the
+		// first mount.
+		rel, _ := o.read("/proc/sys/kernel/osrelease")
+		if _, err := os.Stat(o.path("/lib/modules/" + rel + "/kernel/fs/squashfs")); err == nil {
+			c.Status, c.Fix = Warn, "none needed: the kernel loads squashfs on the first mount (modprobe squashfs to check)"
+			c.Detail += "; squashfs is a module, not loaded yet"
+		} else {
+			c.Status, c.Fix = Fail, "a kernel with squashfs (the image is a squashfs): install the distribution's kernel modules"
+		}
+	default:
+		c.Status = OK
+		if !have["overlay"] {
+			c.Detail += " (overlayfs absent: jaild does not need it)"
+		}
+	}
+	return c
+}
+
+func (o Options) loop() Check {
+	c := Check{Name: "loop devices"}
+	if _, err := os.Stat(o.path("/dev/loop-control")); err != nil {
+		c.Status, c.Detail, c.Fix = Fail, "no /dev/loop-control: the image cannot be mounted", "modprobe loop (in a container: pass /dev/loop-control and the loop devices)"
+		return c
+	}
+	c.Status, c.Detail = OK, "/dev/loop-control present"
+	return c
+}
+
+func (o Options) seccomp() Check {
+	c := Check{Name: "seccomp"}
+	status, err := o.read("/proc/self/status")
+	if err != nil || !strings.Contains(status, "\nSeccomp:") {
+		c.Status, c.Detail, c.Fix = Fail, "the kernel has no seccomp", "a kernel built with CONFIG_SECCOMP_FILTER"
+		return c
+	}
+	actions, _ := o.read("/proc/sys/kernel/seccomp/actions_avail")
+	for _, need := range []string{"errno", "kill_process"} {
+		if actions != "" && !contains(strings.Fields(actions), need) {
+			c.Status, c.Detail, c.Fix = Fail, "seccomp actions: "+actions+" (no "+need+")", "a newer kernel"
+			return c
+		}
+	}
+	if o.SeccompProfile == "" {
+		c.Status, c.Detail = Skip, "kernel supports seccomp (no profile to check)"
+		return c
+	}
+	prof, err := seccomp.Load(o.SeccompProfile)
+	switch {
+	case errors.Is(err, seccomp.ErrNoSeccompSupport):
+		c.Status, c.Detail, c.Fix = Fail, "this build has no seccomp support", "build with cgo and -tags seccomp (make build does), or install the Debian package"
+	case err != nil:
+		c.Status, c.Detail, c.Fix = Fail, err.Error(), "reinstall the profile (the package's /usr/share/jaild/seccomp/default.json)"
+	default:
+		c.Status = OK
+		c.Detail = fmt.Sprintf("kernel actions: %s; profile %s: default action %s, %d rules", actions, o.SeccompProfile, prof.DefaultAction, len(prof.Syscalls))
+	}
+	return c
+}
+
+func (o Options) nftables() Check {
+	c := Check{Name: "nftables (egress)"}
+	if o.Nftables == nil {
+		c.Status, c.Detail = Skip, "not asked"
+		return c
+	}
+	switch err := o.Nftables(); {
+	case err == nil:
+		c.Status, c.Detail = OK, "nf_tables answers"
+	case errors.Is(err, os.ErrPermission):
+		c.Status, c.Detail = Skip, "only root can ask nf_tables (run jailctl doctor as root)"
+	default:
+		c.Status, c.Detail = Warn, "nf_tables does not answer ("+err.Error()+"): runs asking for egress will fail; loopback-only runs do not need it"
+		c.Fix = "modprobe nf_tables (a kernel with CONFIG_NF_TABLES), or leave [network] disabled"
+	}
+	return c
+}
+
+func (o Options) image() Check {
+	c := Check{Name: "rootfs image"}
+	if o.Image == "" {
+		c.Status, c.Detail = Skip, "no image configured"
+		return c
+	}
+	m, err := rootfs.Verify(o.Image)
+	if err != nil {
+		c.Status, c.Detail = Fail, o.Image+": "+err.Error()
+		c.Fix = "install jaild-rootfs (apt install ./jaild-rootfs_*.deb) or build it (make rootfs), and point image= at it"
+		return c
+	}
+	c.Status = OK
+	c.Detail = fmt.Sprintf("%s: %s, %s, Python %s, digest verified", o.Image, m.Name, m.ImageDigest, m.PythonVersion)
+	return c
+}
+
+func (o Options) socket() Check {
+	c := Check{Name: "socket"}
+	fi, err := os.Lstat(o.Socket)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = Fail, o.Socket+": "+errText(err), "systemctl enable --now jaild.socket (or start jaild, or pass --socket)"
+		return c
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		c.Status, c.Detail, c.Fix = Fail, o.Socket+" is not a socket", "remove it and restart jaild.socket"
+		return c
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	owner, group := "?", "?"
+	if st != nil {
+		owner, group = strconv.Itoa(int(st.Uid)), strconv.Itoa(int(st.Gid))
+		if u, err := user.LookupId(owner); err == nil {
+			owner = u.Username
+		}
+		if g, err := user.LookupGroupId(group); err == nil {
+			group = g.Name
+		}
+	}
+	mode := fi.Mode().Perm()
+	c.Detail = fmt.Sprintf("%s: owner %s, group %s, mode %04o", o.Socket, owner, group, mode)
+	switch {
+	case mode&0o002 != 0:
+		c.Status, c.Fix = Fail, "anyone on the host can run code: set SocketMode=0660 in jaild.socket (socket_mode in jaild.toml)"
+	case o.SocketGroup != "" && group != o.SocketGroup && mode&0o020 != 0:
+		c.Status, c.Fix = Warn, "the socket's group is not "+o.SocketGroup+": set SocketGroup= in jaild.socket (socket_group in jaild.toml)"
+	default:
+		c.Status = OK
+	}
+	return c
+}
+
+func (o Options) daemon(ctx context.Context) Check {
+	c := Check{Name: "daemon"}
+	if o.Daemon == nil {
+		c.Status, c.Detail = Skip, "not asked"
+		return c
+	}
+	info, err := o.Daemon(ctx)
+	if err != nil {
+		c.Status, c.Detail = Fail, "no answer on "+o.Socket+": "+err.Error()
+		c.Fix = "systemctl status jaild.service; journalctl -u jaild.service (a caller must be root or in the socket's group)"
+		return c
+	}
+	c.Status = OK
+	c.Detail = fmt.Sprintf("jaild %s answers: cgroup %s, image %s, %d runs at once", info.Version, info.CgroupMode, info.Rootfs.ImageDigest, info.Capacity.MaxConcurrent)
+	return c
+}
+
+func errText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
