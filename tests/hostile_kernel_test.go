@@ -113,6 +113,10 @@ func probeCase(id, cat, title, expect string, probes []sysProbe) hcase {
 				v := fmt.Sprint(got[p.label])
 				if !slices.Contains(strings.Split(p.want, "|"), v) {
 					t.Errorf("%s: %s, want %s", p.label, v, p.want)
+				} else if note, ok := hostDependent[p.label]; ok {
+					// The report must read the same on every host.
+					t.Logf("%s: %s (control: %s)", p.label, v, int80Control())
+					v = note
 				}
 				if _, ok := byWant[v]; !ok {
 					order = append(order, v)
@@ -369,6 +373,14 @@ func runDeniedSweep(t *testing.T, h *hostile) string {
 	var failed []string
 	for _, g := range got {
 		p := probes[g.I]
+		// A call the kernel ends with a signal before any filter sees it
+		// (uretprobe outside a trampoline: SIGILL on some kernels) cannot
+		// be refused by the filter; the same call unconfined on this host
+		// is the control.
+		if g.Signal != 0 && g.Signal != 31 && unconfinedSignal(p.Nr, p.Args) == g.Signal {
+			t.Logf("%s(%d): signal %d in the jail and unconfined alike: the kernel ends it before the filter", p.Name, p.Nr, g.Signal)
+			continue
+		}
 		switch {
 		case p.Sigsys && g.Signal != 31:
 			failed = append(failed, fmt.Sprintf("%s(%d): signal %d errno %d, want SIGSYS", p.Name, p.Nr, g.Signal, g.Errno))
@@ -413,6 +425,12 @@ var int80Control = sync.OnceValue(func() string {
 	return "returned"
 })
 
+// hostDependent are probes whose result depends on the host's kernel (as
+// its control shows); the report gives what was accepted, not the value.
+var hostDependent = map[string]string{
+	"int 0x80 getpid": "SIGSYS, or SIGSEGV where the control shows no 32-bit entry",
+}
+
 // int80Want is what int 0x80 may give in a jail on this host: SIGSYS from
 // the filter; SIGSEGV too only where the control shows the kernel has no
 // 32-bit entry. An unknown control keeps the strict expectation.
@@ -421,4 +439,28 @@ func int80Want() string {
 		return "SIG31|SIG11"
 	}
 	return "SIG31"
+}
+
+// unconfinedSignal makes system call nr on this host, outside any jail, in
+// a program built with the host's gcc, and returns the signal that killed
+// it (0: none, or the control could not run).
+func unconfinedSignal(nr int, args [6]uint64) int {
+	dir, err := os.MkdirTemp("", "syscall-control")
+	if err != nil {
+		return 0
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "probe.c")
+	prog := fmt.Sprintf("#include <unistd.h>\nint main(void) { syscall(%d, %dUL, %dUL, %dUL, %dUL, %dUL, %dUL); return 0; }\n",
+		nr, args[0], args[1], args[2], args[3], args[4], args[5])
+	if os.WriteFile(src, []byte(prog), 0o644) != nil || exec.Command("gcc", "-O0", "-o", filepath.Join(dir, "probe"), src).Run() != nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(exec.Command(filepath.Join(dir, "probe")).Run(), &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return int(ws.Signal())
+		}
+	}
+	return 0
 }

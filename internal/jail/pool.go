@@ -220,7 +220,16 @@ func (pl *pool) loop() {
 			if err == nil {
 				if err = awaitReady(b, pl.stop); err != nil {
 					pl.e.destroy(b)
+					b = nil
 				}
+			}
+			select {
+			case <-pl.stop:
+				if b != nil {
+					pl.e.destroy(b)
+				}
+				return // a jail cut short by the stop is no error
+			default:
 			}
 			if err != nil {
 				pl.e.log.Error("warm pool: create jail", "err", err)
