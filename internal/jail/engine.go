@@ -383,6 +383,11 @@ func (e *Engine) destroyCgroup(id string) {
 		if len(pids) == 0 {
 			break
 		}
+		// cgroup v2 kills the whole cgroup at once (Linux 5.14+).
+		if e.v2Base != "" && cgroups.WriteFile(m.Path(""), "cgroup.kill", "1") == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
 		for _, pid := range pids {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}

@@ -308,7 +308,11 @@ wait:
 	if cgroups.IsCgroup2UnifiedMode() {
 		procs = b.cgroups[""]
 	}
-	e.waitEmpty(b.id, func() ([]int, error) { return cgroups.GetPids(procs) })
+	killDir := ""
+	if cgroups.IsCgroup2UnifiedMode() {
+		killDir = procs
+	}
+	e.waitEmptyIn(b.id, killDir, func() ([]int, error) { return cgroups.GetPids(procs) })
 	readers.Wait()
 
 	if b.net != nil {
@@ -439,6 +443,14 @@ func (e *Engine) mountRoot(dir string) error {
 // waitEmpty waits until pids lists no process of the run, killing any
 // that remain, for at most a few seconds (Destroy is the backstop).
 func (e *Engine) waitEmpty(id string, pids func() ([]int, error)) {
+	e.waitEmptyIn(id, "", pids)
+}
+
+// waitEmptyIn is waitEmpty for the run whose cgroup v2 directory is dir
+// ("" on v1): cgroup.kill (Linux 5.14+) kills every process in it at once,
+// with no window for a fork between listing and killing, nor for a pid
+// that was reused; signals to the listed pids are the fallback.
+func (e *Engine) waitEmptyIn(id, dir string, pids func() ([]int, error)) {
 	deadline := time.Now().Add(5 * time.Second)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		left, err := pids()
@@ -449,8 +461,10 @@ func (e *Engine) waitEmpty(id string, pids func() ([]int, error)) {
 			e.log.Warn("jail cgroup not empty after kill", "id", id, "pids", len(left))
 			return
 		}
-		for _, pid := range left {
-			_ = unix.Kill(pid, unix.SIGKILL)
+		if dir == "" || cgroups.WriteFile(dir, "cgroup.kill", "1") != nil {
+			for _, pid := range left {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
 		}
 		time.Sleep(delay)
 	}
