@@ -70,7 +70,7 @@ vet: ## gofmt and go vet
 	$(GO) vet $(BUILDFLAGS) ./...
 
 test-unit: ## tests that need neither root nor the rootfs
-	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./internal/mcp/ ./internal/doctor/ ./cmd/jailctl/
+	$(GO) test $(BUILDFLAGS) -count=1 ./internal/seccomp/ ./internal/rootfs/ ./internal/admission/ ./internal/config/ ./internal/server/ ./internal/client/ ./internal/mcp/ ./internal/doctor/ ./internal/errdefs/ ./cmd/jailctl/
 
 test: test-host vm-test ## every test: the host's (real jails), then the systemd + cgroup v2 VM's (root)
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // Config configures a Controller.
@@ -32,7 +32,7 @@ type Caller struct {
 }
 
 // RetryError is a refusal that tells the caller when to try again. It
-// unwraps to api.ErrRateLimited or api.ErrBusy.
+// unwraps to errdefs.ErrRateLimited or errdefs.ErrBusy.
 type RetryError struct {
 	Class error
 	Msg   string
@@ -70,8 +70,8 @@ func New(cfg Config) *Controller {
 
 // Admit charges the caller's rate limit and quota, then waits for a run
 // slot. On success the caller must call release exactly once when the run
-// is over. Errors: a *RetryError of class api.ErrRateLimited (rate or
-// quota) or api.ErrBusy (queue full or wait expired), or ctx's error.
+// is over. Errors: a *RetryError of class errdefs.ErrRateLimited (rate or
+// quota) or errdefs.ErrBusy (queue full or wait expired), or ctx's error.
 func (c *Controller) Admit(ctx context.Context, who Caller) (release func(), err error) {
 	if !who.Admin {
 		if err := c.charge(who.UID); err != nil {
@@ -88,7 +88,7 @@ func (c *Controller) Admit(ctx context.Context, who Caller) (release func(), err
 	if c.queued >= c.cfg.QueueSize {
 		c.mu.Unlock()
 		c.refund(who)
-		return nil, &RetryError{Class: api.ErrBusy, After: time.Second,
+		return nil, &RetryError{Class: errdefs.ErrBusy, After: time.Second,
 			Msg: fmt.Sprintf("server busy: %d runs in progress and %d queued (the queue limit); retry later", c.cfg.MaxConcurrent, c.cfg.QueueSize)}
 	}
 	c.queued++
@@ -105,7 +105,7 @@ func (c *Controller) Admit(ctx context.Context, who Caller) (release func(), err
 		return release, nil
 	case <-timer.C:
 		c.refund(who)
-		return nil, &RetryError{Class: api.ErrBusy, After: time.Second,
+		return nil, &RetryError{Class: errdefs.ErrBusy, After: time.Second,
 			Msg: fmt.Sprintf("server busy: no run slot became free within %v; retry later", c.cfg.QueueWait)}
 	case <-ctx.Done():
 		c.refund(who)
@@ -157,7 +157,7 @@ func (c *Controller) charge(uid uint32) error {
 	if c.cfg.DailyQuota > 0 && st.used >= c.cfg.DailyQuota {
 		y, m, d := now.UTC().Date()
 		reset := time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC).Sub(now)
-		return &RetryError{Class: api.ErrRateLimited, After: reset,
+		return &RetryError{Class: errdefs.ErrRateLimited, After: reset,
 			Msg: fmt.Sprintf("daily quota of %d runs used up for uid %d; it resets at 00:00 UTC", c.cfg.DailyQuota, uid)}
 	}
 	if c.cfg.RatePerMinute > 0 {
@@ -166,7 +166,7 @@ func (c *Controller) charge(uid uint32) error {
 		st.last = now
 		if st.tokens < 1 {
 			wait := time.Duration((1 - st.tokens) / perSec * float64(time.Second))
-			return &RetryError{Class: api.ErrRateLimited, After: wait,
+			return &RetryError{Class: errdefs.ErrRateLimited, After: wait,
 				Msg: fmt.Sprintf("rate limit of %g runs per minute (burst %d) exceeded for uid %d", c.cfg.RatePerMinute, c.cfg.Burst, uid)}
 		}
 		st.tokens--

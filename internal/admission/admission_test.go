@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 func TestAdmitBusyWhenQueueFull(t *testing.T) {
@@ -32,7 +32,7 @@ func TestAdmitBusyWhenQueueFull(t *testing.T) {
 	}
 	_, err = c.Admit(context.Background(), who)
 	var re *RetryError
-	if !errors.Is(err, api.ErrBusy) || !errors.As(err, &re) || re.After <= 0 {
+	if !errors.Is(err, errdefs.ErrBusy) || !errors.As(err, &re) || re.After <= 0 {
 		t.Fatalf("third request: %v, want busy with Retry-After", err)
 	}
 	rel()
@@ -48,7 +48,7 @@ func TestAdmitQueueWaitExpires(t *testing.T) {
 	c := New(Config{MaxConcurrent: 1, QueueSize: 5, QueueWait: 20 * time.Millisecond})
 	rel, _ := c.Admit(context.Background(), Caller{UID: 1})
 	defer rel()
-	if _, err := c.Admit(context.Background(), Caller{UID: 1}); !errors.Is(err, api.ErrBusy) {
+	if _, err := c.Admit(context.Background(), Caller{UID: 1}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("got %v, want busy after the queue wait", err)
 	}
 }
@@ -72,7 +72,7 @@ func TestRateLimitAndQuota(t *testing.T) {
 	}
 	err := admit(user)
 	var re *RetryError
-	if !errors.Is(err, api.ErrRateLimited) || !errors.As(err, &re) || re.After <= 0 || re.After > time.Second {
+	if !errors.Is(err, errdefs.ErrRateLimited) || !errors.As(err, &re) || re.After <= 0 || re.After > time.Second {
 		t.Fatalf("over the rate: %v, want rate_limited retrying within a second", err)
 	}
 	now = now.Add(time.Second)
@@ -83,7 +83,7 @@ func TestRateLimitAndQuota(t *testing.T) {
 		t.Errorf("quota remaining %d, want 0", got)
 	}
 	now = now.Add(time.Minute)
-	if err := admit(user); !errors.Is(err, api.ErrRateLimited) {
+	if err := admit(user); !errors.Is(err, errdefs.ErrRateLimited) {
 		t.Fatalf("over the daily quota: %v, want rate_limited", err)
 	}
 	for i := 0; i < 10; i++ {
@@ -104,7 +104,7 @@ func TestBusyRefundsQuota(t *testing.T) {
 	c := New(Config{MaxConcurrent: 1, QueueSize: 0, DailyQuota: 5})
 	rel, _ := c.Admit(context.Background(), Caller{UID: 7})
 	defer rel()
-	if _, err := c.Admit(context.Background(), Caller{UID: 7}); !errors.Is(err, api.ErrBusy) {
+	if _, err := c.Admit(context.Background(), Caller{UID: 7}); !errors.Is(err, errdefs.ErrBusy) {
 		t.Fatalf("got %v, want busy", err)
 	}
 	if got := c.QuotaRemaining(Caller{UID: 7}); got != 4 {

@@ -242,6 +242,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
+	// Field names the request field that is wrong ("files[2].path"), for
+	// invalid_argument errors that concern one field.
+	Field string `json:"field,omitempty"`
 }
 
 // Run statuses, the values of ExecuteResponse.Status.

@@ -1,7 +1,7 @@
 // Package client is the Go client of jaild's HTTP API on its Unix socket.
 // It speaks the wire contract of package api and turns the daemon's error
 // responses back into api's error classes, so callers can test them with
-// errors.Is (api.ErrBusy, api.ErrRateLimited, ...).
+// errors.Is (errdefs.ErrBusy, errdefs.ErrRateLimited, ...).
 package client
 
 import (

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // socketDir returns a short temporary directory: a Unix socket path must
@@ -131,19 +132,19 @@ func TestErrorResponses(t *testing.T) {
 		retryAfter time.Duration
 	}{
 		{"busy", 503, map[string]string{"Retry-After": "3"}, `{"error":{"type":"busy","message":"all 4 slots busy"}}`,
-			api.ErrBusy, "all 4 slots busy (retry after 3s)", 3 * time.Second},
+			errdefs.ErrBusy, "all 4 slots busy (retry after 3s)", 3 * time.Second},
 		{"rate limited", 429, map[string]string{"Retry-After": "60"}, `{"error":{"type":"rate_limited","message":"quota exhausted"}}`,
-			api.ErrRateLimited, "quota exhausted (retry after 1m0s)", time.Minute},
+			errdefs.ErrRateLimited, "quota exhausted (retry after 1m0s)", time.Minute},
 		{"invalid", 400, nil, `{"error":{"type":"invalid_argument","message":"limits.timeout_ms: 999999 is more than the maximum 60000"}}`,
-			api.ErrInvalidArgument, "limits.timeout_ms: 999999 is more than the maximum 60000", 0},
+			errdefs.ErrInvalidArgument, "limits.timeout_ms: 999999 is more than the maximum 60000", 0},
 		{"too large", 413, nil, `{"error":{"type":"too_large","message":"body over 64 MiB"}}`,
-			api.ErrTooLarge, "body over 64 MiB", 0},
+			errdefs.ErrTooLarge, "body over 64 MiB", 0},
 		{"unknown type", 500, nil, `{"error":{"type":"exploded","message":"boom"}}`,
-			api.ErrInternal, "boom", 0},
+			errdefs.ErrInternal, "boom", 0},
 		{"garbage body", 502, nil, `<html>bad gateway</html>`,
-			api.ErrInternal, `jaild answered "502 Bad Gateway" with no valid error body`, 0},
+			errdefs.ErrInternal, `jaild answered "502 Bad Gateway" with no valid error body`, 0},
 		{"bad retry-after", 503, map[string]string{"Retry-After": "soon"}, `{"error":{"type":"unavailable","message":"draining"}}`,
-			api.ErrUnavailable, "draining", 0},
+			errdefs.ErrUnavailable, "draining", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // Error is an error response from the daemon. It unwraps to the
 // *api.Error rebuilt by api.FromWire, and so to its class:
-// errors.Is(err, api.ErrBusy) and errors.As(err, &apiErr) both work.
+// errors.Is(err, errdefs.ErrBusy) and errors.As(err, &apiErr) both work.
 type Error struct {
 	Err *api.Error
 	// RetryAfter is the daemon's Retry-After (sent with 429 and 503);
@@ -48,7 +49,7 @@ func responseError(resp *http.Response) error {
 	if !errors.As(api.FromWire(resp.StatusCode, body.Error), &apiErr) {
 		// FromWire always returns *api.Error; this keeps a change of
 		// that contract from becoming a nil dereference.
-		apiErr = &api.Error{Class: api.ErrInternal, Status: resp.StatusCode, Message: body.Error.Message}
+		apiErr = &api.Error{Class: errdefs.ErrInternal, Status: resp.StatusCode, Message: body.Error.Message}
 	}
 	return &Error{Err: apiErr, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }

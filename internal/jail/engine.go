@@ -3,13 +3,15 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"github.com/jaild/jaild/internal/egress"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jaild/jaild/internal/egress"
+	"github.com/jaild/jaild/internal/errdefs"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
@@ -244,8 +246,8 @@ func (e *Engine) restoreDynmods() {
 	e.dynmods = ""
 }
 
-// ErrClosed is returned by Run after Close.
-var ErrClosed = errors.New("jail engine closed")
+// ErrClosed is returned by Run after Close (class errdefs.ErrUnavailable).
+var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
 
 // cgroupPath is the libcontainer cgroup path of run id. On v1 a relative
 // path nests under the process's own cgroup in every hierarchy; on v2 the

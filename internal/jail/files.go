@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jaild/jaild/internal/errdefs"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +55,7 @@ func ValidatePattern(p string) error {
 			continue
 		}
 		if _, err := path.Match(c, ""); err != nil {
-			return fmt.Errorf("%w: pattern %q: bad glob component %q", ErrInvalid, p, c)
+			return errdefs.New(errdefs.ErrInvalidArgument, "pattern %q: bad glob component %q", p, c)
 		}
 	}
 	return nil

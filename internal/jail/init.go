@@ -7,6 +7,7 @@ import (
 	// Device cgroup rules are applied only when this package is linked in.
 	_ "github.com/opencontainers/cgroups/devices"
 	"github.com/opencontainers/runc/libcontainer"
+
 	// nsenter's C constructor joins the namespaces of `init` before the Go
 	// runtime starts.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/jaild/jaild/internal/egress"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jaild/jaild/internal/egress"
+	"github.com/jaild/jaild/internal/errdefs"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -104,11 +106,11 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 		}
 	}()
 	if err := writeFiles(filepath.Join(b.runDir, "work"), sp.files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
-		return nil, fmt.Errorf("%w: files: %v", ErrInvalid, err)
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "files: %v", err)
 	}
 	if sp.network != nil {
 		if e.cfg.Network == nil {
-			return nil, fmt.Errorf("%w: network egress is not enabled", ErrInvalid)
+			return nil, errdefs.New(errdefs.ErrInvalidArgument, "network egress is not enabled")
 		}
 		if b.net, err = e.cfg.Network.Setup(b.slot, b.runDir, sp.network.Allow); err != nil {
 			return nil, err
@@ -197,7 +199,7 @@ func (e *Engine) destroy(b *box) {
 // process of the run is dead by then; Idle waits for the rest).
 //
 // The returned error is for failures to create or run the jail (the
-// request is invalid: ErrInvalid; the engine is closed: ErrClosed; the host
+// request is invalid: errdefs.ErrInvalidArgument; the engine is closed: ErrClosed; the host
 // failed); whatever the program did, including crashing, timing out or
 // being OOM-killed, is a Result with a nil error. Cancelling ctx kills the
 // run (Result.Cancelled); teardown does not depend on ctx.

@@ -1,8 +1,9 @@
 package jail
 
 import (
-	"errors"
 	"sync"
+
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // MaxJails bounds the jails that exist at once (running, warm or being
@@ -16,7 +17,7 @@ const (
 )
 
 // errNoSlot means MaxJails jails exist already.
-var errNoSlot = errors.New("too many jails at once: every host id range is in use")
+var errNoSlot = errdefs.New(errdefs.ErrUnavailable, "too many jails at once: every host id range is in use; try again")
 
 // slots hands out the lowest free slot number.
 type slots struct {

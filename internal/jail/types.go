@@ -3,15 +3,14 @@ package jail
 import (
 	"errors"
 	"fmt"
-	"github.com/jaild/jaild/internal/allowlist"
-	"github.com/jaild/jaild/internal/egress"
 	"regexp"
 	"strings"
 	"time"
-)
 
-// ErrInvalid marks a request the engine refuses before creating anything.
-var ErrInvalid = errors.New("invalid jail request")
+	"github.com/jaild/jaild/internal/allowlist"
+	"github.com/jaild/jaild/internal/egress"
+	"github.com/jaild/jaild/internal/errdefs"
+)
 
 // Limits bound one run. Every field must be positive; Validate checks them
 // against the engine's absolute ceilings (callers' maxima are the daemon's
@@ -59,12 +58,12 @@ var ceilings = Limits{
 	StackBytes:        1 << 30,
 }
 
-// Validate returns an error wrapping ErrInvalid that names the first field
+// Validate returns an error of class errdefs.ErrInvalidArgument that names the first field
 // that is not positive or is above the engine's ceiling.
 func (l Limits) Validate() error {
 	check := func(name string, v, ceil int64) error {
 		if v <= 0 || v > ceil {
-			return fmt.Errorf("%w: limit %s=%d must be in 1..%d", ErrInvalid, name, v, ceil)
+			return errdefs.New(errdefs.ErrInvalidArgument, "limit %s=%d must be in 1..%d", name, v, ceil)
 		}
 		return nil
 	}
@@ -135,30 +134,30 @@ const (
 
 // ValidatePath checks a workspace-relative path from a caller: non-empty,
 // clean, relative, no "..", no NUL, bounded in length and depth. The error
-// wraps ErrInvalid and says which rule failed.
+// is of class errdefs.ErrInvalidArgument and says which rule failed.
 func ValidatePath(p string) error {
 	switch {
 	case p == "":
-		return fmt.Errorf("%w: path is empty", ErrInvalid)
+		return errdefs.New(errdefs.ErrInvalidArgument, "path is empty")
 	case len(p) > MaxPathBytes:
-		return fmt.Errorf("%w: path is longer than %d bytes", ErrInvalid, MaxPathBytes)
+		return errdefs.New(errdefs.ErrInvalidArgument, "path is longer than %d bytes", MaxPathBytes)
 	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("%w: path %q contains NUL", ErrInvalid, p)
+		return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains NUL", p)
 	case strings.HasPrefix(p, "/"):
-		return fmt.Errorf("%w: path %q must be relative to the workspace", ErrInvalid, p)
+		return errdefs.New(errdefs.ErrInvalidArgument, "path %q must be relative to the workspace", p)
 	}
 	parts := strings.Split(p, "/")
 	if len(parts) > MaxPathDepth {
-		return fmt.Errorf("%w: path %q is deeper than %d", ErrInvalid, p, MaxPathDepth)
+		return errdefs.New(errdefs.ErrInvalidArgument, "path %q is deeper than %d", p, MaxPathDepth)
 	}
 	for _, c := range parts {
 		switch {
 		case c == "" || c == ".":
-			return fmt.Errorf("%w: path %q is not clean (empty or . component)", ErrInvalid, p)
+			return errdefs.New(errdefs.ErrInvalidArgument, "path %q is not clean (empty or . component)", p)
 		case c == "..":
-			return fmt.Errorf("%w: path %q contains ..", ErrInvalid, p)
+			return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains ..", p)
 		case len(c) > MaxNameBytes:
-			return fmt.Errorf("%w: path %q has a component longer than %d bytes", ErrInvalid, p, MaxNameBytes)
+			return errdefs.New(errdefs.ErrInvalidArgument, "path %q has a component longer than %d bytes", p, MaxNameBytes)
 		}
 	}
 	return nil
@@ -186,38 +185,38 @@ var allowedPython = map[string]bool{
 // values have no NUL; count and sizes are bounded.
 func ValidateEnv(env map[string]string) error {
 	if len(env) > MaxEnvVars {
-		return fmt.Errorf("%w: at most %d env variables", ErrInvalid, MaxEnvVars)
+		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d env variables", MaxEnvVars)
 	}
 	for k, v := range env {
 		switch {
 		case len(k) > MaxEnvNameBytes || !envName.MatchString(k):
-			return fmt.Errorf("%w: env name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", ErrInvalid, k, MaxEnvNameBytes)
+			return errdefs.New(errdefs.ErrInvalidArgument, "env name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
 		case reservedEnv[k]:
-			return fmt.Errorf("%w: env %s is set by jaild and cannot be overridden", ErrInvalid, k)
+			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is set by jaild and cannot be overridden", k)
 		case strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "_LIBCONTAINER") || strings.HasPrefix(k, "JAILD_"):
-			return fmt.Errorf("%w: env %s is not allowed", ErrInvalid, k)
+			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is not allowed", k)
 		case strings.HasPrefix(k, "PYTHON") && !allowedPython[k]:
-			return fmt.Errorf("%w: env %s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", ErrInvalid, k)
+			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", k)
 		case len(v) > MaxEnvValBytes || strings.IndexByte(v, 0) >= 0:
-			return fmt.Errorf("%w: env %s value must be at most %d bytes without NUL", ErrInvalid, k, MaxEnvValBytes)
+			return errdefs.New(errdefs.ErrInvalidArgument, "env %s value must be at most %d bytes without NUL", k, MaxEnvValBytes)
 		}
 	}
 	return nil
 }
 
-// Validate checks the whole request; the error wraps ErrInvalid.
+// Validate checks the whole request; the error is of class errdefs.ErrInvalidArgument.
 func (r *Request) Validate() error {
 	if err := r.Limits.Validate(); err != nil {
 		return err
 	}
 	if len(r.Command) == 0 && r.Code == "" && len(r.Files) == 0 {
-		return fmt.Errorf("%w: code is empty", ErrInvalid)
+		return errdefs.New(errdefs.ErrInvalidArgument, "code is empty")
 	}
 	if strings.IndexByte(r.Code, 0) >= 0 {
-		return fmt.Errorf("%w: code contains NUL", ErrInvalid)
+		return errdefs.New(errdefs.ErrInvalidArgument, "code contains NUL")
 	}
 	if len(r.Files) > MaxFiles {
-		return fmt.Errorf("%w: at most %d files", ErrInvalid, MaxFiles)
+		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d files", MaxFiles)
 	}
 	seen := make(map[string]bool, len(r.Files))
 	var total int64
@@ -226,16 +225,16 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("files: %w", err)
 		}
 		if seen[f.Path] {
-			return fmt.Errorf("%w: files: duplicate path %q", ErrInvalid, f.Path)
+			return errdefs.New(errdefs.ErrInvalidArgument, "files: duplicate path %q", f.Path)
 		}
 		seen[f.Path] = true
 		total += int64(len(f.Data))
 	}
 	if total > r.Limits.WorkspaceBytes {
-		return fmt.Errorf("%w: files total %d bytes, more than the workspace size %d", ErrInvalid, total, r.Limits.WorkspaceBytes)
+		return errdefs.New(errdefs.ErrInvalidArgument, "files total %d bytes, more than the workspace size %d", total, r.Limits.WorkspaceBytes)
 	}
 	if len(r.ReturnFiles) > MaxPatterns {
-		return fmt.Errorf("%w: at most %d return_files patterns", ErrInvalid, MaxPatterns)
+		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d return_files patterns", MaxPatterns)
 	}
 	for _, p := range r.ReturnFiles {
 		if err := ValidatePattern(p); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // The daemon's configuration checks host_id_base against the span the
@@ -48,7 +49,7 @@ func TestValidatePath(t *testing.T) {
 		}
 	}
 	for _, p := range bad {
-		if err := ValidatePath(p); !errors.Is(err, ErrInvalid) {
+		if err := ValidatePath(p); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ValidatePath(%q) = %v, want ErrInvalid", p, err)
 		}
 	}
@@ -87,10 +88,10 @@ func TestMatchGlob(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("matching many ** took %v", d)
 	}
-	if err := ValidatePattern("a/[x"); !errors.Is(err, ErrInvalid) {
+	if err := ValidatePattern("a/[x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("ValidatePattern(bad glob) = %v, want ErrInvalid", err)
 	}
-	if err := ValidatePattern("../*"); !errors.Is(err, ErrInvalid) {
+	if err := ValidatePattern("../*"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("ValidatePattern(../*) = %v, want ErrInvalid", err)
 	}
 }
@@ -120,7 +121,7 @@ func TestValidateEnv(t *testing.T) {
 		{"LD_PRELOAD": "/x.so"}, {"PATH": "/x"}, {"PYTHONHOME": "/x"}, {"PYTHONSTARTUP": "x"},
 		{"1BAD": "x"}, {"A-B": "x"}, {"A": "x\x00y"}, {"_LIBCONTAINER_INITPIPE": "3"},
 	} {
-		if err := ValidateEnv(env); !errors.Is(err, ErrInvalid) {
+		if err := ValidateEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ValidateEnv(%v) = %v, want ErrInvalid", env, err)
 		}
 	}

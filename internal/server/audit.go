@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/admission"
-	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -37,7 +37,7 @@ func newAuditor(cfg config.Audit, log *slog.Logger) (*auditor, error) {
 }
 
 func (a *auditor) refused(who admission.Caller, op string, err error) {
-	status, typ := api.Classify(err)
+	status, typ := errdefs.Classify(err)
 	a.log.Info("audit", "op", op, "uid", who.UID, "pid", who.PID, "admin", who.Admin,
 		"http_status", status, "error", typ, "reason", err.Error())
 }

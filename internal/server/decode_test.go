@@ -9,6 +9,7 @@ import (
 	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -37,14 +38,14 @@ func TestLimitsResolution(t *testing.T) {
 	if err != nil || jr.Limits.MemoryBytes != 2048<<20 {
 		t.Fatalf("at the maximum: %v", err)
 	}
-	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":2049}}`, user); !errors.Is(err, api.ErrInvalidArgument) ||
+	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":2049}}`, user); !errors.Is(err, errdefs.ErrInvalidArgument) ||
 		!strings.Contains(err.Error(), "limits.memory_mb=2049 is above the maximum of 2048") {
 		t.Errorf("above the caller maximum: %v", err)
 	}
 	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":4096}}`, admin); err != nil {
 		t.Errorf("admin within admin maxima: %v", err)
 	}
-	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":16385}}`, admin); !errors.Is(err, api.ErrInvalidArgument) {
+	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":16385}}`, admin); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("above the admin maximum: %v", err)
 	}
 }
@@ -87,7 +88,7 @@ func FuzzDecodeExecute(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		jr, err := decodeExecute(s, body, admission.Caller{UID: 1000})
 		if err != nil {
-			if status, _ := api.Classify(err); status >= 500 {
+			if status, _ := errdefs.Classify(err); status >= 500 {
 				t.Fatalf("decoding %q gave a server error: %v", body, err)
 			}
 			return

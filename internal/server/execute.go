@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -57,20 +57,16 @@ func (s *Server) run(ctx context.Context, who admission.Caller, jr *jail.Request
 	release, err := s.adm.Admit(ctx, who)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, fmt.Errorf("%w: client went away while queued", api.ErrUnavailable)
+			return nil, 0, errdefs.New(errdefs.ErrUnavailable, "client went away while queued")
 		}
 		return nil, 0, err
 	}
 	defer release()
 	queued := time.Since(qstart)
 	res, err := s.engine.Run(ctx, jr)
-	switch {
-	case errors.Is(err, jail.ErrInvalid):
-		return nil, queued, fmt.Errorf("%w: %v", api.ErrInvalidArgument, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
-	case errors.Is(err, jail.ErrClosed):
-		return nil, queued, fmt.Errorf("%w: the daemon is shutting down", api.ErrUnavailable)
-	case err != nil:
-		return nil, queued, fmt.Errorf("%w: run failed: %v", api.ErrInternal, err)
+	if err != nil {
+		// Classified errors keep their class; the rest are the daemon's.
+		return nil, queued, fmt.Errorf("run failed: %w", err)
 	}
 	return res, queued, nil
 }
@@ -82,7 +78,7 @@ func (s *Server) setQuotaHeader(w http.ResponseWriter, who admission.Caller) {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{api.ErrInvalidArgument}, args...)...)
+	return errdefs.New(errdefs.ErrInvalidArgument, format, args...)
 }
 
 // jailRequest validates an execute request into the engine's typed form.
@@ -114,7 +110,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 	var total int64
 	for i, f := range req.Files {
 		if err := jail.ValidatePath(f.Path); err != nil {
-			return nil, invalid("files[%d].path: %s", i, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
 		}
 		if seen[f.Path] {
 			return nil, invalid("files[%d].path: duplicate path %q", i, f.Path)
@@ -135,12 +131,12 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 	}
 	for i, p := range req.ReturnFiles {
 		if err := jail.ValidatePattern(p); err != nil {
-			return nil, invalid("return_files[%d]: %s", i, strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+			return nil, errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
 		}
 	}
 	jr.ReturnFiles = req.ReturnFiles
 	if err := jail.ValidateEnv(req.Env); err != nil {
-		return nil, invalid("%s", strings.TrimPrefix(err.Error(), jail.ErrInvalid.Error()+": "))
+		return nil, errdefs.InField("env", err)
 	}
 	if jr.Network, err = s.network(req, who); err != nil {
 		return nil, err
@@ -163,10 +159,10 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 	}
 	pol := s.cfg.Network
 	if !pol.Enabled {
-		return nil, fmt.Errorf(`%w: "network": "internet" refused: this daemon has network egress disabled (network.enabled in its configuration)`, api.ErrForbidden)
+		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: this daemon has network egress disabled (network.enabled in its configuration)`)
 	}
 	if !who.Network {
-		return nil, fmt.Errorf(`%w: "network": "internet" refused: uid %d is not allowed network egress (it needs to be in group %q, or an admin)`, api.ErrForbidden, who.UID, pol.AllowGroup)
+		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: uid %d is not allowed network egress (it needs to be in group %q, or an admin)`, who.UID, pol.AllowGroup)
 	}
 	list := req.AllowHosts
 	if len(list) == 0 {
@@ -180,7 +176,7 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 		ceiling, _ := allowlist.ParseList(pol.AllowHosts) // validated with the config
 		for _, a := range allow {
 			if !slices.Contains(ceiling, a) {
-				return nil, fmt.Errorf("%w: allow_hosts: %q is not among the destinations this daemon allows (%s)", api.ErrForbidden, a, strings.Join(pol.AllowHosts, ", "))
+				return nil, errdefs.New(errdefs.ErrForbidden, "allow_hosts: %q is not among the destinations this daemon allows (%s)", a, strings.Join(pol.AllowHosts, ", "))
 			}
 		}
 	}

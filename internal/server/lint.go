@@ -2,13 +2,13 @@ package server
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -120,7 +120,7 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	}
 	var diags []ruffDiagnostic
 	if err := json.Unmarshal(res.Stdout, &diags); err != nil {
-		return fmt.Errorf("%w: ruff output is not the expected JSON: %v", api.ErrInternal, err)
+		return errdefs.New(errdefs.ErrInternal, "ruff output is not the expected JSON: %v", err)
 	}
 	out := api.LintResponse{Diagnostics: make([]api.Diagnostic, 0, len(diags))}
 	for _, d := range diags {
@@ -151,10 +151,10 @@ func ruffFailed(res *jail.Result) error {
 	}
 	switch res.Status {
 	case jail.StatusTimeout, jail.StatusMemoryLimit, jail.StatusOutputLimit, jail.StatusCPULimit:
-		return fmt.Errorf("%w: ruff hit a limit (%s); try smaller code", api.ErrInvalidArgument, res.Status)
+		return errdefs.New(errdefs.ErrInvalidArgument, "ruff hit a limit (%s); try smaller code", res.Status)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")
-	return fmt.Errorf("%w: ruff failed (%s, exit %d): %s", api.ErrInternal, res.Status, res.ExitCode, first)
+	return errdefs.New(errdefs.ErrInternal, "ruff failed (%s, exit %d): %s", res.Status, res.ExitCode, first)
 }
 
 func (s *Server) format(w http.ResponseWriter, r *http.Request) error {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -16,13 +15,13 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -184,10 +183,10 @@ func (s *Server) Handler() http.Handler {
 		var err error
 		switch {
 		case !ok:
-			err = fmt.Errorf("%w: no endpoint %s (see GET /v1/info)", api.ErrNotFound, r.URL.Path)
+			err = errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", r.URL.Path)
 		case r.Method != rt.method:
 			w.Header().Set("Allow", rt.method)
-			err = fmt.Errorf("%w: %s takes %s, not %s", api.ErrMethodNotAllowed, r.URL.Path, rt.method, r.Method)
+			err = errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, rt.method, r.Method)
 		default:
 			err = rt.h(w, r)
 		}
@@ -199,18 +198,22 @@ func (s *Server) Handler() http.Handler {
 
 // writeError is the one place where an error becomes an HTTP response.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, typ := api.Classify(err)
-	msg := strings.TrimPrefix(err.Error(), typ+": ")
+	status, typ := errdefs.Classify(err)
+	detail := api.ErrorDetail{Type: typ, Message: err.Error()}
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) {
+		detail.Field = fe.Field
+	}
 	if status == http.StatusInternalServerError {
 		// Host paths and syscall details go to the log, not to the caller.
 		s.log.Error("internal error", "path", r.URL.Path, "err", err)
-		msg = "internal error; see the daemon's log"
+		detail = api.ErrorDetail{Type: typ, Message: "internal error; see the daemon's log"}
 	}
 	var re *admission.RetryError
 	if errors.As(err, &re) {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(re.After.Seconds(), 1))), 10))
 	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Type: typ, Message: msg}})
+	writeJSON(w, status, api.ErrorBody{Error: detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -235,7 +238,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		if errors.As(err, &tooBig) {
 			return decodeError(err, s.cfg.MaxBodyBytes)
 		}
-		return fmt.Errorf("%w: body: trailing data after the JSON object", api.ErrInvalidArgument)
+		return errdefs.New(errdefs.ErrInvalidArgument, "body: trailing data after the JSON object")
 	}
 	return nil
 }
@@ -246,21 +249,21 @@ func decodeError(err error, limit int64) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &tooBig):
-		return fmt.Errorf("%w: body is larger than %d bytes", api.ErrTooLarge, limit)
+		return errdefs.New(errdefs.ErrTooLarge, "body is larger than %d bytes", limit)
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
 			field = "body"
 		}
-		return fmt.Errorf("%w: %s: expected %s, got JSON %s", api.ErrInvalidArgument, field, typeErr.Type, typeErr.Value)
+		return errdefs.New(errdefs.ErrInvalidArgument, "%s: expected %s, got JSON %s", field, typeErr.Type, typeErr.Value)
 	case errors.As(err, &syntaxErr):
-		return fmt.Errorf("%w: body is not valid JSON at byte %d: %v", api.ErrInvalidArgument, syntaxErr.Offset, err)
+		return errdefs.New(errdefs.ErrInvalidArgument, "body is not valid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.EOF):
-		return fmt.Errorf("%w: body is empty; expected a JSON object", api.ErrInvalidArgument)
+		return errdefs.New(errdefs.ErrInvalidArgument, "body is empty; expected a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%w: body is truncated JSON", api.ErrInvalidArgument)
+		return errdefs.New(errdefs.ErrInvalidArgument, "body is truncated JSON")
 	}
-	return fmt.Errorf("%w: body: %v", api.ErrInvalidArgument, err)
+	return errdefs.New(errdefs.ErrInvalidArgument, "body: %v", err)
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
