@@ -137,7 +137,7 @@ func curlAs(t *testing.T, socket, method, path, body string) (int, http.Header, 
 	t.Helper()
 	args := []string{"-s", "-i", "--unix-socket", socket, "-X", method, "http://jaild" + path}
 	if body != "" {
-		args = append(args, "-d", body)
+		args = append(args, "-H", "Content-Type: application/json", "-d", body)
 	}
 	cmd := exec.Command("curl", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

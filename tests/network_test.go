@@ -401,7 +401,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 		if st, _ := shared.call(t, "POST", "/v1/execute", map[string]any{"code": "print(1)", "network": "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
 			t.Errorf("egress disabled: HTTP %d %+v, want 403 forbidden naming network.enabled", st, e.Error)
 		}
-		cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/execute", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
+		cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
 		if err != nil || !strings.HasSuffix(string(out), "\n403") || !strings.Contains(string(out), "jaild-test-no-such-group") {

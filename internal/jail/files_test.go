@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"strings"
 	"testing"
+
+	"github.com/jaild/jaild/internal/workspace"
 )
 
 func TestJailFilesRoundTrip(t *testing.T) {
@@ -30,7 +32,7 @@ print(os.path.getsize('empty'))
 	if res.Status != StatusOK || string(res.Stdout) != "0\n" {
 		t.Fatalf("status %s stdout %q stderr %s", res.Status, res.Stdout, res.Stderr)
 	}
-	got := map[string]OutFile{}
+	got := map[string]workspace.File{}
 	for _, f := range res.Files {
 		got[f.Path] = f
 	}

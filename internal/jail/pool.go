@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jaild/jaild/internal/errdefs"
-
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
@@ -394,7 +392,7 @@ func (e *Engine) fit(b *box, req *Request) error {
 	}
 	b.limits = l
 	if err := writeFiles(filepath.Join(b.runDir, "work"), req.Files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
-		return errdefs.New(errdefs.ErrInvalidArgument, "files: %v", err)
+		return err
 	}
 	return nil
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/workspace"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -28,19 +30,6 @@ import (
 // teardownTimeout bounds how long cleanup may take after a run, whatever
 // happened to the caller.
 const teardownTimeout = 30 * time.Second
-
-// job is what the runner reads from fd 3.
-type job struct {
-	Code                string            `json:"code"`
-	Filename            string            `json:"filename"`
-	LastLineInteractive bool              `json:"last_line_interactive"`
-	FiguresDir          string            `json:"figures_dir"`
-	MaxFigures          int               `json:"max_figures"`
-	Env                 map[string]string `json:"env,omitempty"`
-	// Rlimits are lowered by the runner in the user's process before the
-	// code runs: a warm jail was created with higher ones.
-	Rlimits map[string][2]uint64 `json:"rlimits"`
-}
 
 // NewID returns a fresh random run id.
 func NewID() string {
@@ -106,7 +95,7 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 		}
 	}()
 	if err := writeFiles(filepath.Join(b.runDir, "work"), sp.files, b.hostID(jailUID), b.hostID(jailGID)); err != nil {
-		return nil, errdefs.New(errdefs.ErrInvalidArgument, "files: %v", err)
+		return nil, err
 	}
 	if sp.network != nil {
 		if e.cfg.Network == nil {
@@ -255,18 +244,18 @@ func (e *Engine) execute(ctx context.Context, b *box, req *Request) (*Result, er
 		once     sync.Once
 		overflow = make(chan struct{})
 	)
-	stdout := &capture{limit: req.Limits.OutputBytes, onOverflow: func() { once.Do(func() { close(overflow) }) }}
-	stderr := &capture{limit: req.Limits.OutputBytes, onOverflow: stdout.onOverflow}
-	records := &capture{limit: maxRecordBytes}
+	stdout := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
+	stderr := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: stdout.OnOverflow}
+	records := &runner.Capture{Limit: runner.MaxRecordBytes}
 	base := readCgroupStats(b.cgroups)
 	var readers sync.WaitGroup
-	readers.Go(func() { stdout.readFrom(p.stdoutR) })
-	readers.Go(func() { stderr.readFrom(p.stderrR) })
+	readers.Go(func() { stdout.Drain(p.stdoutR) })
+	readers.Go(func() { stderr.Drain(p.stderrR) })
 	if p.recR != nil {
-		readers.Go(func() { records.readFrom(p.recR) })
-		j, _ := json.Marshal(job{
+		readers.Go(func() { records.Drain(p.recR) })
+		j, _ := json.Marshal(runner.Job{
 			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
-			FiguresDir: figuresDir, MaxFigures: MaxFigures, Env: req.Env, Rlimits: runnerRlimits(req.Limits),
+			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: req.Env, Rlimits: runnerRlimits(req.Limits),
 		})
 		go feed(p.jobW, j)
 	}
@@ -330,23 +319,23 @@ wait:
 		}
 	}
 	res.OOMKilled = st.oomKills > base.oomKills
-	res.Stdout, res.StdoutTruncated = stdout.buf, stdout.truncated
-	res.Stderr, res.StderrTruncated = stderr.buf, stderr.truncated
+	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated
+	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
 	if p.recR != nil {
-		recs := parseRecords(records.buf, strings.Count(req.Code, "\n")+1)
-		res.Exception, res.ResultRepr = recs.exc, recs.result
+		recs := runner.ParseRecords(records.Buf, strings.Count(req.Code, "\n")+1)
+		res.Exception, res.ResultRepr = recs.Exception, recs.Result
 		// The jail's init (pid 1) cannot die by the signal that killed the
 		// runner; it exits 128+N and says N. Believe it only when both agree
 		// (user code could forge the record, but only about itself).
-		if recs.signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.signal {
-			res.Signal, res.ExitCode = recs.signal, -1
+		if recs.Signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.Signal {
+			res.Signal, res.ExitCode = recs.Signal, -1
 		}
-		res.Figures = readFigures(filepath.Join(b.runDir, "meta", "figures"))
+		res.Figures = workspace.ReadFigures(filepath.Join(b.runDir, "meta", "figures"))
 	}
 	var err error
 	if res.Files, err = collectFiles(filepath.Join(b.runDir, "work"), req.ReturnFiles); err != nil {
 		e.log.Warn("collect files", "id", b.id, "err", err)
-		res.Files = append(res.Files, OutFile{Path: ".", Error: "workspace could not be read completely"})
+		res.Files = append(res.Files, workspace.File{Path: ".", Error: "workspace could not be read completely"})
 	}
 	res.Status = status(res, outputLimit)
 	return res, nil

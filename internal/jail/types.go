@@ -10,6 +10,8 @@ import (
 	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/workspace"
 )
 
 // Limits bound one run. Every field must be positive; Validate checks them
@@ -83,7 +85,7 @@ func (l Limits) Validate() error {
 
 // File is a file written into the workspace before the run starts.
 type File struct {
-	Path string // relative to the workspace; see ValidatePath
+	Path string // relative to the workspace; see workspace.ValidatePath
 	Data []byte
 }
 
@@ -123,45 +125,11 @@ type Network struct {
 // Bounds on the request's own shape.
 const (
 	MaxFiles        = 1000
-	MaxPathBytes    = 1024
-	MaxNameBytes    = 255
-	MaxPathDepth    = 32
 	MaxPatterns     = 64
 	MaxEnvVars      = 64
 	MaxEnvNameBytes = 128
 	MaxEnvValBytes  = 4096
 )
-
-// ValidatePath checks a workspace-relative path from a caller: non-empty,
-// clean, relative, no "..", no NUL, bounded in length and depth. The error
-// is of class errdefs.ErrInvalidArgument and says which rule failed.
-func ValidatePath(p string) error {
-	switch {
-	case p == "":
-		return errdefs.New(errdefs.ErrInvalidArgument, "path is empty")
-	case len(p) > MaxPathBytes:
-		return errdefs.New(errdefs.ErrInvalidArgument, "path is longer than %d bytes", MaxPathBytes)
-	case strings.IndexByte(p, 0) >= 0:
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains NUL", p)
-	case strings.HasPrefix(p, "/"):
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q must be relative to the workspace", p)
-	}
-	parts := strings.Split(p, "/")
-	if len(parts) > MaxPathDepth {
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q is deeper than %d", p, MaxPathDepth)
-	}
-	for _, c := range parts {
-		switch {
-		case c == "" || c == ".":
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q is not clean (empty or . component)", p)
-		case c == "..":
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains ..", p)
-		case len(c) > MaxNameBytes:
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q has a component longer than %d bytes", p, MaxNameBytes)
-		}
-	}
-	return nil
-}
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -221,7 +189,7 @@ func (r *Request) Validate() error {
 	seen := make(map[string]bool, len(r.Files))
 	var total int64
 	for _, f := range r.Files {
-		if err := ValidatePath(f.Path); err != nil {
+		if err := workspace.ValidatePath(f.Path); err != nil {
 			return fmt.Errorf("files: %w", err)
 		}
 		if seen[f.Path] {
@@ -237,7 +205,7 @@ func (r *Request) Validate() error {
 		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d return_files patterns", MaxPatterns)
 	}
 	for _, p := range r.ReturnFiles {
-		if err := ValidatePattern(p); err != nil {
+		if err := workspace.ValidatePattern(p); err != nil {
 			return fmt.Errorf("return_files: %w", err)
 		}
 	}
@@ -258,28 +226,6 @@ const (
 	StatusKilled      Status = "killed"       // killed by a signal, or cancelled
 )
 
-// Exception is the runner's record of an uncaught exception, validated.
-type Exception struct {
-	Type    string
-	Message string
-	Line    int // 0 when unknown
-}
-
-// Figure is a PNG saved by the runner from a matplotlib figure.
-type Figure struct {
-	Name string
-	Data []byte
-}
-
-// OutFile is a file read back from the workspace. Error is set (and Data
-// empty) when the file matched but was not returned, e.g. a symlink.
-type OutFile struct {
-	Path  string
-	Size  int64
-	Data  []byte
-	Error string
-}
-
 // Result is everything a run produced. Every byte in it came from the jail
 // and has been bounded; text fields may hold invalid UTF-8.
 type Result struct {
@@ -296,10 +242,10 @@ type Result struct {
 	Duration        time.Duration
 	CPUTime         time.Duration
 	PeakMemoryBytes uint64
-	Exception       *Exception
+	Exception       *runner.Exception
 	ResultRepr      *string
-	Figures         []Figure
-	Files           []OutFile
+	Figures         []workspace.Figure // PNGs saved by the runner from matplotlib figures
+	Files           []workspace.File
 	Warm            bool          // served by a jail from the warm pool
 	Network         *egress.Usage // the run's traffic, when it had egress
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/workspace"
 )
 
 // Bounds on request fields (the body cap bounds them all as well).
@@ -109,7 +110,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 	seen := map[string]bool{}
 	var total int64
 	for i, f := range req.Files {
-		if err := jail.ValidatePath(f.Path); err != nil {
+		if err := workspace.ValidatePath(f.Path); err != nil {
 			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
 		}
 		if seen[f.Path] {
@@ -130,7 +131,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 		return nil, invalid("return_files has %d entries; the maximum is %d", len(req.ReturnFiles), jail.MaxPatterns)
 	}
 	for i, p := range req.ReturnFiles {
-		if err := jail.ValidatePattern(p); err != nil {
+		if err := workspace.ValidatePattern(p); err != nil {
 			return nil, errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
 		}
 	}

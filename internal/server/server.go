@@ -10,11 +10,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,8 +227,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decode reads one JSON object of at most max_body_bytes from the body,
-// refusing unknown fields and trailing data.
+// refusing unknown fields, trailing data, and bodies declared as another
+// media type than JSON. No Content-Type is taken as JSON; curl's -d declares
+// application/x-www-form-urlencoded and is refused like any other type, as
+// Docker's API does.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errdefs.New(errdefs.ErrUnsupportedMediaType, "Content-Type %q: the body must be JSON; send Content-Type: application/json (curl --json, or -H 'Content-Type: application/json' -d)", trimHeader(ct))
+		}
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -241,6 +252,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return errdefs.New(errdefs.ErrInvalidArgument, "body: trailing data after the JSON object")
 	}
 	return nil
+}
+
+// trimHeader bounds a header value quoted back to the caller.
+func trimHeader(v string) string {
+	if len(v) > 64 {
+		return v[:64] + "..."
+	}
+	return v
 }
 
 func decodeError(err error, limit int64) error {

@@ -408,7 +408,7 @@ print('forked')`, marker)})
 	t.Run("group access to the socket", func(t *testing.T) {
 		exec.Command("useradd", "-m", "-G", "jaild", "alice").Run()
 		exec.Command("useradd", "-m", "mallory").Run()
-		out, err := exec.Command("runuser", "-u", "alice", "--", "curl", "-sS", "--unix-socket", socket, "http://jaild/v1/execute", "-d", `{"code":"print(6*7)"}`).CombinedOutput()
+		out, err := exec.Command("runuser", "-u", "alice", "--", "curl", "-sS", "--unix-socket", socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(6*7)"}`).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `"stdout":"42\n"`) {
 			t.Fatalf("a member of jaild: %v %s", err, out)
 		}

@@ -1,0 +1,172 @@
+// Package runner is the host's side of the protocol with the Python runner
+// in the image (rootfs/runner/runner.py): the job the runner reads from fd 3,
+// the JSON-lines records it writes on fd 4, and the bounded capture of a
+// jail's output streams. Everything read here comes from a jail, where user
+// code can write to the same pipes, so it is bounded and validated. It needs
+// no root and knows nothing of containers.
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// Job is what the runner reads from fd 3: one JSON object, then EOF.
+type Job struct {
+	Code                string            `json:"code"`
+	Filename            string            `json:"filename"`
+	LastLineInteractive bool              `json:"last_line_interactive"`
+	FiguresDir          string            `json:"figures_dir"`
+	MaxFigures          int               `json:"max_figures"`
+	Env                 map[string]string `json:"env,omitempty"`
+	// Rlimits are lowered by the runner in the user's process before the
+	// code runs: a warm jail was created with higher ones.
+	Rlimits map[string][2]uint64 `json:"rlimits"`
+}
+
+// Capture reads a stream from the jail into memory, keeping at most Limit
+// bytes. When the stream goes past the limit, it marks itself truncated,
+// calls OnOverflow once, and keeps draining (and discarding) so that the
+// writer is never blocked on a full pipe. Sink, when set, receives every
+// kept chunk as it arrives (a live consumer such as a stream); an error
+// from it detaches it and is kept in SinkErr.
+type Capture struct {
+	Buf        []byte
+	Limit      int64
+	Truncated  bool
+	OnOverflow func()
+	Sink       io.Writer
+	SinkErr    error
+}
+
+func (c *Capture) send(p []byte) {
+	if c.Sink == nil || len(p) == 0 {
+		return
+	}
+	if _, err := c.Sink.Write(p); err != nil {
+		c.Sink, c.SinkErr = nil, err
+	}
+}
+
+// Drain reads r to its end (or first error) into the capture. It never
+// fails: what a jail writes is kept up to the limit and the rest dropped.
+func (c *Capture) Drain(r io.Reader) {
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			room := c.Limit - int64(len(c.Buf))
+			if int64(n) > room {
+				c.Buf = append(c.Buf, chunk[:room]...)
+				c.send(chunk[:room])
+				if !c.Truncated {
+					c.Truncated = true
+					if c.OnOverflow != nil {
+						c.OnOverflow()
+					}
+				}
+			} else {
+				c.Buf = append(c.Buf, chunk[:n]...)
+				c.send(chunk[:n])
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Bounds on the runner's side channel.
+const (
+	MaxRecordBytes   = 256 << 10 // all records of a job together, and each line
+	maxExcTypeBytes  = 256
+	maxExcMsgBytes   = 4 << 10
+	maxResultBytes   = 64 << 10
+	truncationMarker = "…"
+)
+
+type record struct {
+	Type    string           `json:"type"`
+	ExcType string           `json:"exc_type"`
+	Message string           `json:"message"`
+	Line    *json.RawMessage `json:"line"`
+	Repr    *string          `json:"repr"`
+	Signal  int              `json:"signal"`
+}
+
+// Exception is the runner's record of an uncaught exception, validated.
+type Exception struct {
+	Type    string
+	Message string
+	Line    int // 0 when unknown
+}
+
+// Records is what the runner reported, validated.
+type Records struct {
+	Exception *Exception
+	Result    *string // repr of the last line's value (last_line_interactive)
+	Signal    int     // the user's process died by this signal, by the runner's word
+}
+
+// ParseRecords decodes the runner's JSON-lines side channel. Its bytes come
+// from the jail, where user code can write to the same pipe, so every line
+// is validated and bounded and anything malformed is ignored. codeLines
+// bounds the exception's line number. The last
+// well-formed record of each type wins (the runner writes its own last).
+func ParseRecords(data []byte, codeLines int) Records {
+	var out Records
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), MaxRecordBytes)
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue
+		}
+		switch r.Type {
+		case "exception":
+			if r.ExcType == "" {
+				continue
+			}
+			e := &Exception{
+				Type:    clip(r.ExcType, maxExcTypeBytes),
+				Message: clip(r.Message, maxExcMsgBytes),
+			}
+			if r.Line != nil {
+				var n int
+				if json.Unmarshal(*r.Line, &n) == nil && n > 0 && n <= codeLines {
+					e.Line = n
+				}
+			}
+			out.Exception = e
+		case "result":
+			if r.Repr != nil {
+				s := clip(*r.Repr, maxResultBytes)
+				out.Result = &s
+			}
+		case "exit":
+			if r.Signal > 0 && r.Signal < 65 {
+				out.Signal = r.Signal
+			}
+		}
+	}
+	return out
+}
+
+// clip bounds s to n bytes without splitting a UTF-8 sequence and with a
+// marker when something was cut. json.Unmarshal already replaced invalid
+// UTF-8 with U+FFFD.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len(truncationMarker)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncationMarker
+}

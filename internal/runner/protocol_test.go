@@ -1,0 +1,106 @@
+package runner
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestParseRecords(t *testing.T) {
+	data := []byte(`garbage
+{"type":"exception","exc_type":"Fake","message":"forged by user code","line":1}
+{"type":"exception","exc_type":"` + strings.Repeat("T", 1000) + `","message":"x","line":99}
+{"type":"result","repr":"42"}
+{"type":"exception","exc_type":"ZeroDivisionError","message":"division by zero","line":3}
+{"type":"exception","exc_type":"","message":"ignored"}
+` + "\xff\xfe not json\n")
+	recs := ParseRecords(data, 3)
+	exc, res := recs.Exception, recs.Result
+	if exc == nil || exc.Type != "ZeroDivisionError" || exc.Line != 3 || exc.Message != "division by zero" {
+		t.Errorf("exception = %+v, want the last well-formed record", exc)
+	}
+	if res == nil || *res != "42" {
+		t.Errorf("result = %v, want 42", res)
+	}
+	exc = ParseRecords([]byte(`{"type":"exception","exc_type":"`+strings.Repeat("T", 1000)+`","message":"`+strings.Repeat("m", 10000)+`","line":99}`), 3).Exception
+	if exc == nil || len(exc.Type) > maxExcTypeBytes || len(exc.Message) > maxExcMsgBytes || exc.Line != 0 {
+		t.Errorf("oversized record not bounded: type %d bytes, message %d bytes, line %d", len(exc.Type), len(exc.Message), exc.Line)
+	}
+}
+
+func TestClip(t *testing.T) {
+	s := strings.Repeat("é", 100) // 2 bytes each
+	got := clip(s, 51)
+	if len(got) > 51 || !strings.HasSuffix(got, truncationMarker) || !strings.HasPrefix(got, "éé") {
+		t.Errorf("clip = %q (%d bytes)", got, len(got))
+	}
+	if clip("short", 10) != "short" {
+		t.Error("clip changed a short string")
+	}
+}
+
+func TestCapture(t *testing.T) {
+	calls := 0
+	c := &Capture{Limit: 10, OnOverflow: func() { calls++ }}
+	c.Drain(strings.NewReader(strings.Repeat("x", 100000)))
+	if len(c.Buf) != 10 || !c.Truncated || calls != 1 {
+		t.Errorf("capture: %d bytes, truncated=%v, overflow calls=%d", len(c.Buf), c.Truncated, calls)
+	}
+	c = &Capture{Limit: 10}
+	c.Drain(strings.NewReader("0123456789"))
+	if string(c.Buf) != "0123456789" || c.Truncated {
+		t.Errorf("capture at exactly the limit: %q truncated=%v", c.Buf, c.Truncated)
+	}
+}
+
+// FuzzParseRecords: the runner's side channel is written by user code too;
+// whatever it holds, what comes out is bounded.
+func FuzzParseRecords(f *testing.F) {
+	f.Add([]byte(`{"type":"exception","exc_type":"E","message":"m","line":2}` + "\n" + `{"type":"result","repr":"1"}`))
+	f.Add([]byte("\xff\n{\n{\"type\":\"result\",\"repr\":null}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs := ParseRecords(data, 10)
+		exc, res := recs.Exception, recs.Result
+		if exc != nil && (len(exc.Type) > maxExcTypeBytes || len(exc.Message) > maxExcMsgBytes || exc.Line < 0 || exc.Line > 10 || exc.Type == "") {
+			t.Fatalf("unbounded exception %+v", exc)
+		}
+		if recs.Signal < 0 || recs.Signal > 64 {
+			t.Fatalf("signal %d", recs.Signal)
+		}
+		if res != nil && len(*res) > maxResultBytes {
+			t.Fatalf("unbounded result of %d bytes", len(*res))
+		}
+	})
+}
+
+type failAfter struct {
+	got []byte
+	n   int
+}
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	if len(w.got)+len(p) > w.n {
+		return 0, errors.New("consumer gone")
+	}
+	w.got = append(w.got, p...)
+	return len(p), nil
+}
+
+// A live sink sees exactly the bytes that are kept, and one that fails is
+// detached without stopping the capture.
+func TestCaptureSink(t *testing.T) {
+	sink := &bytes.Buffer{}
+	c := &Capture{Limit: 5, Sink: sink}
+	c.Drain(strings.NewReader("hello, world"))
+	if sink.String() != "hello" || string(c.Buf) != "hello" || !c.Truncated {
+		t.Errorf("sink %q, buffer %q, truncated %v", sink, c.Buf, c.Truncated)
+	}
+	f := &failAfter{n: 3}
+	c = &Capture{Limit: 1 << 20, Sink: f}
+	c.Drain(iotest.OneByteReader(strings.NewReader("abcdef")))
+	if string(c.Buf) != "abcdef" || string(f.got) != "abc" || c.SinkErr == nil {
+		t.Errorf("buffer %q, sink got %q, err %v", c.Buf, f.got, c.SinkErr)
+	}
+}
