@@ -1,6 +1,6 @@
 // Package api is jaild's wire contract: the JSON request and response
-// bodies of the HTTP API on the Unix socket, and the one error taxonomy
-// that both the server and the client use.
+// bodies of the HTTP API on the Unix socket, and the error body that
+// carries an errdefs class (FromWire rebuilds it on the client's side).
 //
 // Field names are the public contract (see docs/API.md); change them only
 // with a new API version.

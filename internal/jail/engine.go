@@ -206,6 +206,9 @@ func (e *Engine) Manifest() *rootfs.Manifest { return e.image.Manifest }
 func (e *Engine) Seccomp() *specs.LinuxSeccomp { return e.seccomp }
 
 // CgroupMode names the cgroup hierarchy in use: "v2" or "v1".
+func (e *Engine) CgroupMode() string { return CgroupMode() }
+
+// CgroupMode names the host's cgroup hierarchy: "v2" or "v1".
 func CgroupMode() string {
 	if cgroups.IsCgroup2UnifiedMode() {
 		return "v2"

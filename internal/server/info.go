@@ -5,7 +5,6 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
-	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/version"
 )
 
@@ -28,7 +27,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		Defaults:    wireLimits(s.cfg.Defaults),
 		Maxima:      wireLimits(s.cfg.Maxima),
 		AdminMaxima: wireLimits(s.cfg.AdminMaxima),
-		CgroupMode:  jail.CgroupMode(),
+		CgroupMode:  s.engine.CgroupMode(),
 		Seccomp:     api.SeccompInfo{Profile: s.cfg.SeccompProfile, DefaultAction: string(prof.DefaultAction), Rules: len(prof.Syscalls)},
 		Capacity:    api.Capacity{MaxConcurrent: s.cfg.MaxConcurrent(), Running: running, QueueSize: s.cfg.Admission.QueueSize, Queued: queued},
 		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin, Network: who.Network},

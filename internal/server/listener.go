@@ -41,40 +41,68 @@ func (l *Listener) Accept() (net.Conn, error) {
 			<-l.slots
 			return nil, err
 		}
-		who := l.srv.peer(c)
-		if !who.Admin {
+		pc := l.srv.peer(c)
+		// Only what is known without a user or group lookup decides here:
+		// a slow NSS or LDAP lookup must not stall every new connection.
+		// Members of the admin group by a supplementary group only are
+		// counted like other callers until their first request is served.
+		exempt := l.srv.knownAdmin(pc.uid, pc.gid)
+		if !exempt {
 			l.mu.Lock()
-			over := l.perID[who.UID] >= MaxConnsPerUID
+			over := l.perID[pc.uid] >= MaxConnsPerUID
 			if !over {
-				l.perID[who.UID]++
+				l.perID[pc.uid]++
 			}
 			l.mu.Unlock()
 			if over {
-				l.srv.log.Warn("connection refused: too many open connections for this uid", "uid", who.UID, "max", MaxConnsPerUID)
+				l.srv.log.Warn("connection refused: too many open connections for this uid", "uid", pc.uid, "max", MaxConnsPerUID)
 				c.Close()
 				<-l.slots
 				continue
 			}
 		}
-		release := func() {
-			if !who.Admin {
+		pc.release = func() {
+			if !exempt {
 				l.mu.Lock()
-				if l.perID[who.UID]--; l.perID[who.UID] == 0 {
-					delete(l.perID, who.UID)
+				if l.perID[pc.uid]--; l.perID[pc.uid] == 0 {
+					delete(l.perID, pc.uid)
 				}
 				l.mu.Unlock()
 			}
 			<-l.slots
 		}
-		return &peerConn{Conn: c, caller: who, release: release}, nil
+		return pc, nil
 	}
 }
 
+// peerConn is a connection with its peer's credentials. Who the caller is
+// for the API (admin, network) is resolved on the first request, in that
+// request's goroutine, and kept for the connection.
 type peerConn struct {
 	net.Conn
+	srv      *Server
+	uid, gid uint32
+	pid      int32
+	credOK   bool
+	once     sync.Once
+	release  func()
+
+	resolve sync.Once
 	caller  admission.Caller
-	once    sync.Once
-	release func()
+}
+
+// Caller returns the connection's caller, looking up group memberships
+// the first time.
+func (c *peerConn) Caller() admission.Caller {
+	c.resolve.Do(func() {
+		if !c.credOK {
+			c.caller = admission.Caller{UID: 65534, PID: -1}
+			return
+		}
+		admin := c.srv.isAdmin(c.uid, c.gid)
+		c.caller = admission.Caller{UID: c.uid, PID: c.pid, Admin: admin, Network: c.srv.mayNetwork(c.uid, c.gid, admin)}
+	})
+	return c.caller
 }
 
 func (c *peerConn) Close() error {
@@ -83,26 +111,26 @@ func (c *peerConn) Close() error {
 	return err
 }
 
-// peer identifies the caller of a connection with SO_PEERCRED. A
-// connection whose credentials cannot be read is treated as the most
-// restricted caller (uid nobody, never admin).
-func (s *Server) peer(c net.Conn) admission.Caller {
-	nobody := admission.Caller{UID: 65534, PID: -1}
+// peer reads the credentials of a connection's peer with SO_PEERCRED (a
+// syscall, no lookup). A connection whose credentials cannot be read is
+// served as the most restricted caller (uid nobody, never admin).
+func (s *Server) peer(c net.Conn) *peerConn {
+	pc := &peerConn{Conn: c, srv: s, uid: 65534, gid: 65534, pid: -1, release: func() {}}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return nobody
+		return pc
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return nobody
+		return pc
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || credErr != nil {
-		return nobody
+		return pc
 	}
-	admin := s.isAdmin(cred.Uid, cred.Gid)
-	return admission.Caller{UID: cred.Uid, PID: cred.Pid, Admin: admin, Network: s.mayNetwork(cred.Uid, cred.Gid, admin)}
+	pc.uid, pc.gid, pc.pid, pc.credOK = cred.Uid, cred.Gid, cred.Pid, true
+	return pc
 }

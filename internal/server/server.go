@@ -14,23 +14,39 @@ import (
 	"net"
 	"net/http"
 	"os/user"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/rootfs"
 )
+
+// Engine is what the server needs of the jail engine: *jail.Engine, or a
+// fake (servertest.Engine) for tests without root.
+type Engine interface {
+	// Run runs one request in a jail. Errors of an errdefs class keep
+	// their class; any other error is the daemon's.
+	Run(ctx context.Context, req *jail.Request) (*jail.Result, error)
+	Manifest() *rootfs.Manifest
+	Seccomp() *specs.LinuxSeccomp
+	PoolStats() jail.PoolStats
+	CgroupMode() string
+}
 
 // Server serves the API. Create it with New.
 type Server struct {
 	cfg     config.Config
-	engine  *jail.Engine
+	engine  Engine
 	adm     *admission.Controller
 	log     *slog.Logger
 	audit   *auditor
@@ -55,7 +71,7 @@ type adminEntry struct {
 
 // New returns a Server over an engine. log receives the audit lines and
 // diagnostics.
-func New(cfg config.Config, engine *jail.Engine, log *slog.Logger) (*Server, error) {
+func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 	a := cfg.Admission
 	s := &Server{
 		cfg:    cfg,
@@ -99,11 +115,12 @@ func (s *Server) HTTPServer() *http.Server {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			caller := admission.Caller{UID: 65534, PID: -1} // not from our Listener: least privilege
+			// Only the connection is stored: its caller is resolved by
+			// the first request, off the accept path.
 			if pc, ok := c.(*peerConn); ok {
-				caller = pc.caller
+				return context.WithValue(ctx, ctxKey{}, pc)
 			}
-			return context.WithValue(ctx, ctxKey{}, caller)
+			return ctx
 		},
 	}
 }
@@ -114,6 +131,19 @@ func (s *Server) Abort() { s.stop() }
 
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
+
+// knownAdmin reports, without a user or group lookup, whether the caller
+// is an admin: root, the admin group as primary group, or a membership
+// found by a recent lookup.
+func (s *Server) knownAdmin(uid, gid uint32) bool {
+	if uid == 0 || (s.adminG != "" && strconv.FormatUint(uint64(gid), 10) == s.adminG) {
+		return true
+	}
+	s.adminMu.Lock()
+	e, ok := s.adminCache[groupKey{uid, s.adminG}]
+	s.adminMu.Unlock()
+	return ok && e.admin && time.Since(e.at) < time.Minute
+}
 
 // isAdmin: root, or a member of the admin group.
 func (s *Server) isAdmin(uid, gid uint32) bool {
@@ -157,44 +187,64 @@ func (s *Server) inGroup(uid, gid uint32, g string) bool {
 	return member
 }
 
+// callerOf returns who sent r. A connection that did not come through the
+// daemon's Listener is the least privileged caller.
 func callerOf(r *http.Request) admission.Caller {
-	c, ok := r.Context().Value(ctxKey{}).(admission.Caller)
-	if !ok {
-		return admission.Caller{UID: 65534, PID: -1}
+	if pc, ok := r.Context().Value(ctxKey{}).(*peerConn); ok {
+		return pc.Caller()
 	}
-	return c
+	if c, ok := r.Context().Value(ctxKey{}).(admission.Caller); ok {
+		return c // set by WithCaller (tests and in-process harnesses)
+	}
+	return admission.Caller{UID: 65534, PID: -1}
 }
 
-type route struct {
-	method string
-	h      func(http.ResponseWriter, *http.Request) error
-}
-
-// Handler returns the API's routes. Every error, including 404 and 405,
-// goes out through writeError in the one JSON shape.
-func (s *Server) Handler() http.Handler {
-	routes := map[string]route{
-		"/v1/execute": {http.MethodPost, s.execute},
-		"/v1/lint":    {http.MethodPost, s.lint},
-		"/v1/format":  {http.MethodPost, s.format},
-		"/v1/info":    {http.MethodGet, s.info},
-		"/v1/health":  {http.MethodGet, s.health},
-	}
+// WithCaller returns a handler that serves every request as caller: for an
+// in-process harness whose connections carry no peer credentials.
+func WithCaller(h http.Handler, caller admission.Caller) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt, ok := routes[r.URL.Path]
-		var err error
-		switch {
-		case !ok:
-			err = errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", r.URL.Path)
-		case r.Method != rt.method:
-			w.Header().Set("Allow", rt.method)
-			err = errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, rt.method, r.Method)
-		default:
-			err = rt.h(w, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, caller)))
+	})
+}
+
+// Handler returns the API's routes (the standard library's method and
+// path patterns). Every error, 404 and 405 included, goes out through
+// writeError in the one JSON shape.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(method, path string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				s.writeError(w, r, err)
+			}
+		})
+		allow := method
+		if method == http.MethodGet {
+			allow = "GET, HEAD" // a GET pattern serves HEAD too
 		}
-		if err != nil {
-			s.writeError(w, r, err)
+		// The path without a method catches every other method.
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, r, errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", path, method, r.Method))
+		})
+	}
+	handle(http.MethodPost, "/v1/execute", s.execute)
+	handle(http.MethodPost, "/v1/lint", s.lint)
+	handle(http.MethodPost, "/v1/format", s.format)
+	handle(http.MethodGet, "/v1/info", s.info)
+	handle(http.MethodGet, "/v1/health", s.health)
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", trimHeader(r.URL.Path)))
+	}
+	mux.HandleFunc("/", notFound)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ServeMux would redirect a path that is not clean
+		// ("/v1/info/../x"); no endpoint has such a path.
+		if p := r.URL.Path; p == "" || path.Clean(p) != p {
+			notFound(w, r)
+			return
 		}
+		mux.ServeHTTP(w, r)
 	})
 }
 

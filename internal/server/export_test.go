@@ -1,0 +1,4 @@
+package server
+
+// DefaultIgnoreForTest exposes the ruff rules lint ignores by default.
+func DefaultIgnoreForTest() []string { return defaultIgnore }

@@ -1,0 +1,134 @@
+// Package servertest serves jaild's API in process, over a real Unix
+// socket, with a fake engine: handler tests without root or jails. The
+// daemon's own client talks to it.
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/server"
+)
+
+// Engine is a fake engine. RunFunc answers Run (a run that prints nothing
+// and ends ok when nil); every request it got is kept in Requests.
+type Engine struct {
+	RunFunc func(ctx context.Context, req *jail.Request) (*jail.Result, error)
+
+	mu       sync.Mutex
+	requests []*jail.Request
+}
+
+// Run records req and answers with RunFunc.
+func (e *Engine) Run(ctx context.Context, req *jail.Request) (*jail.Result, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err // the real engine refuses what it would not run
+	}
+	e.mu.Lock()
+	e.requests = append(e.requests, req)
+	f := e.RunFunc
+	e.mu.Unlock()
+	if f == nil {
+		return &jail.Result{ID: jail.NewID(), Status: jail.StatusOK}, nil
+	}
+	return f(ctx, req)
+}
+
+// Requests returns the requests Run received, in order.
+func (e *Engine) Requests() []*jail.Request {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*jail.Request(nil), e.requests...)
+}
+
+// Manifest describes a fake image.
+func (e *Engine) Manifest() *rootfs.Manifest {
+	return &rootfs.Manifest{Schema: 1, Name: "test", ImageDigest: "sha256:" + string(bytes.Repeat([]byte("0"), 64)), PythonVersion: "3.13.0", DebianSuite: "test"}
+}
+
+// Seccomp returns a one-rule profile.
+func (e *Engine) Seccomp() *specs.LinuxSeccomp {
+	return &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}
+}
+
+// PoolStats reports an empty pool.
+func (e *Engine) PoolStats() jail.PoolStats { return jail.PoolStats{} }
+
+// CgroupMode reports v2.
+func (e *Engine) CgroupMode() string { return "v2" }
+
+// Harness is a server on a Unix socket with a fake engine.
+type Harness struct {
+	Engine *Engine
+	Client *client.Client
+	Socket string
+	Server *server.Server
+
+	logMu sync.Mutex
+	log   bytes.Buffer
+}
+
+// Log returns what the server logged so far (audit lines included).
+func (h *Harness) Log() string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return h.log.String()
+}
+
+type lockedWriter struct{ h *Harness }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.h.logMu.Lock()
+	defer w.h.logMu.Unlock()
+	return w.h.log.Write(p)
+}
+
+// New serves cfg's API with a fake engine, every request as caller; it is
+// shut down when the test ends.
+func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "servertest") // short: a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h := &Harness{Engine: &Engine{}, Socket: filepath.Join(dir, "api.sock")}
+	log := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
+	if h.Server, err = server.New(cfg, h.Engine, log); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", h.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := h.Server.HTTPServer()
+	hs.Handler = server.WithCaller(hs.Handler, caller)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = hs.Close()
+		<-done
+	})
+	h.Client = client.New(h.Socket)
+	return h
+}
