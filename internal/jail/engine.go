@@ -181,7 +181,9 @@ func New(cfg Config) (_ *Engine, retErr error) {
 			e.log.Info("set cgroup favordynmods: moving a jail's first process into its cgroups no longer waits for an RCU grace period", "hierarchy", where)
 		}
 	}
-	e.sweep()
+	if err := e.sweep(); err != nil {
+		return nil, err
+	}
 	mnt := filepath.Join(cfg.RunDir, "rootfs")
 	_ = unix.Unmount(mnt, unix.MNT_DETACH) // a predecessor's mount, if any
 	if e.image, err = rootfs.Open(cfg.ImageDir, mnt); err != nil {
@@ -305,8 +307,10 @@ func prepareCgroupV2() (string, error) {
 }
 
 // sweep destroys every jail, cgroup and run directory a predecessor with
-// the same RunDir and CgroupName left behind.
-func (e *Engine) sweep() {
+// the same RunDir and CgroupName left behind. It fails when a
+// predecessor's processes outlive it: their jails' host id ranges (which
+// a new daemon hands out again from the first) could then be shared.
+func (e *Engine) sweep() error {
 	ents, _ := os.ReadDir(e.stateDir)
 	for _, ent := range ents {
 		if c, err := libcontainer.Load(e.stateDir, ent.Name()); err == nil {
@@ -319,14 +323,21 @@ func (e *Engine) sweep() {
 		}
 		_ = os.RemoveAll(filepath.Join(e.stateDir, ent.Name()))
 	}
+	var alive []string
 	for _, id := range e.leftoverCgroups() {
-		e.destroyCgroup(id)
+		if !e.destroyCgroup(id) {
+			alive = append(alive, id)
+		}
 	}
 	ents, _ = os.ReadDir(e.runsDir)
 	for _, ent := range ents {
 		e.removeRunDir(filepath.Join(e.runsDir, ent.Name()))
 		e.log.Info("sweep: removed leftover run directory", "id", ent.Name())
 	}
+	if len(alive) > 0 {
+		return fmt.Errorf("the jails %s left by a previous jaild still have processes that cannot be killed; refusing to start rather than share their host id ranges", strings.Join(alive, ", "))
+	}
+	return nil
 }
 
 // cgroupParents lists the directories, one per hierarchy, that hold the
@@ -376,16 +387,20 @@ func (e *Engine) leftoverCgroups() []string {
 	return ids
 }
 
-// destroyCgroup kills every process in run id's cgroup and removes it.
-func (e *Engine) destroyCgroup(id string) {
+// destroyCgroup kills every process in run id's cgroup and removes it. It
+// reports false when processes are still in it after a few seconds (an
+// empty cgroup that cannot be removed is harmless: ids are never reused).
+func (e *Engine) destroyCgroup(id string) bool {
 	m, err := manager.New(&cgroups.Cgroup{Path: e.cgroupPath(id), Resources: &cgroups.Resources{}})
 	if err != nil {
 		e.log.Warn("sweep: cgroup manager", "id", id, "err", err)
-		return
+		return false
 	}
-	for attempt := 0; attempt < 50; attempt++ {
+	empty := false
+	for attempt := 0; attempt < 250; attempt++ {
 		pids, _ := m.GetAllPids()
 		if len(pids) == 0 {
+			empty = true
 			break
 		}
 		// cgroup v2 kills the whole cgroup at once (Linux 5.14+).
@@ -398,9 +413,13 @@ func (e *Engine) destroyCgroup(id string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if !empty {
+		return false
+	}
 	if err := m.Destroy(); err != nil {
 		e.log.Warn("sweep: remove cgroup", "id", id, "err", err)
 	}
+	return true
 }
 
 // removeRunDir unmounts a run's tmpfs and removes its mountpoint.

@@ -157,8 +157,35 @@ func (e *Engine) create(sp spawn) (_ *box, retErr error) {
 
 // destroy kills whatever is left of a jail and removes its cgroup, state,
 // mounts and run directory, then frees its host id range: only once every
-// process of the jail is gone can another jail have those ids.
+// process of the jail is gone can another jail have those ids. It returns
+// after teardownTimeout at the latest; a teardown still going on then
+// keeps the range until it ends.
 func (e *Engine) destroy(b *box) {
+	done := make(chan bool, 1)
+	go func() { done <- e.teardown(b) }()
+	timer := time.NewTimer(teardownTimeout)
+	defer timer.Stop()
+	select {
+	case free := <-done:
+		if free {
+			e.slots.put(b.slot)
+		}
+	case <-timer.C:
+		// Fail closed: the slot's host id range is not handed out again
+		// until the teardown really ends.
+		e.log.Error("jail teardown exceeded its deadline; its host id range stays out of use until it ends", "id", b.id, "slot", b.slot, "deadline", teardownTimeout)
+		go func() {
+			if <-done {
+				e.slots.put(b.slot)
+				e.log.Info("late jail teardown ended", "id", b.id, "slot", b.slot)
+			}
+		}()
+	}
+}
+
+// teardown destroys b's container, pipes, network and run directory, and
+// reports whether its host id range is free again.
+func (e *Engine) teardown(b *box) bool {
 	if b.peak != nil {
 		b.peak.Close()
 		b.peak = nil
@@ -177,9 +204,7 @@ func (e *Engine) destroy(b *box) {
 		b.net.Close()
 	}
 	e.removeRunDir(b.runDir)
-	if free {
-		e.slots.put(b.slot)
-	}
+	return free
 }
 
 // Run executes req in a fresh jail, a warm one from the pool when req fits
