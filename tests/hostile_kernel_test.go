@@ -308,37 +308,6 @@ print(json.dumps({'cwd': os.getcwd(), 'fds': fds}))
 	}
 }
 
-// deniedScript runs the probes it reads from stdin, each in a throw-away
-// child, and prints per probe the errno or the signal that killed it.
-const deniedScript = `
-import ctypes, json, os, sys
-probes = json.load(sys.stdin)
-libc = ctypes.CDLL(None, use_errno=True)
-syscall = libc.syscall
-syscall.restype = ctypes.c_long
-syscall.argtypes = [ctypes.c_long] + [ctypes.c_ulong] * 6
-out = []
-for p in probes:
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        ctypes.set_errno(0)
-        ret = syscall(p['nr'], *p['args'])
-        os.write(w, json.dumps([ret, ctypes.get_errno()]).encode())
-        os._exit(0)
-    os.close(w)
-    data = os.read(r, 256)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        out.append({'i': p['i'], 'signal': os.WTERMSIG(status)})
-    else:
-        ret, err = json.loads(data)
-        out.append({'i': p['i'], 'ret': ret, 'errno': err})
-print(json.dumps(out))
-`
-
 // runDeniedSweep probes every syscall the shipped profile denies
 // (seccomp.Denied) and every argument-dependent case
 // (seccomp.ConditionalProbes) from one jail of the daemon.
@@ -352,21 +321,10 @@ func runDeniedSweep(t *testing.T, h *hostile) string {
 		t.Fatal(err)
 	}
 	probes := append(denied, seccomp.ConditionalProbes()...)
-	type in struct {
-		I    int       `json:"i"`
-		Nr   int       `json:"nr"`
-		Args [6]uint64 `json:"args"`
-	}
-	var input []in
-	for i, p := range probes {
-		input = append(input, in{i, p.Nr, p.Args})
-	}
-	stdin, _ := json.Marshal(input)
-	r := h.exec(t, map[string]any{"code": deniedScript, "stdin": string(stdin), "limits": map[string]any{"timeout_ms": 60000}})
+	stdin := seccomp.ProberInput(probes)
+	r := h.exec(t, map[string]any{"code": seccomp.ProberScript, "stdin": string(stdin), "limits": map[string]any{"timeout_ms": 60000}})
 	wantStatus(t, r, "ok")
-	var got []struct {
-		I, Ret, Errno, Signal int
-	}
+	var got []seccomp.ProbeOutcome
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || len(got) != len(probes) {
 		t.Fatalf("prober output (%d of %d probes): %v\n%.2000s", len(got), len(probes), err, r.Stderr)
 	}

@@ -1,17 +1,14 @@
 package tests
 
-// The hostile-input suite (issue 4): every case of
-// /work/shared/security/hostile-cases.md and the issue's list, and more, run
+// The hostile-input suite: the attacks a jail must survive, each run
 // against a real jaild on a temporary socket. After every case the leak
 // checks of leak_test.go run. The cases live in hostile_*_test.go, one file
 // per category; report_test.go turns their outcomes into the table of
-// docs/SECURITY.md.
+// docs/SECURITY.md, which lists every case by its ID.
 //
-// Case IDs: the IDs of hostile-cases.md where it has the case (A01, B07,
-// E18, ...); the gaps in its numbering (A07, A08, B10, B11, D03, E09, E14,
-// E16, E17, H01, H05, H08) and numbers above its highest are this suite's
-// own cases; a letter suffix (A09a, H02c) is one input of a case that
-// hostile-cases.md lists as several.
+// Case IDs: a letter for the category and a number (A01, B07, E18, ...),
+// shared with the team's list of hostile cases where it has the case; a
+// letter suffix (A09a, H02c) is one input of a case with several.
 
 import (
 	"bytes"
