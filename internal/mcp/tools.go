@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/ruff"
 )
 
 // Tool names.
@@ -67,8 +68,8 @@ type FileResult struct {
 // LintInput is the arguments of lint_python.
 type LintInput struct {
 	Code   string   `json:"code" jsonschema:"the Python source to lint"`
-	Select []string `json:"select,omitempty" jsonschema:"ruff rule codes or prefixes to enable, such as F or E501 (default: ALL)"`
-	Ignore []string `json:"ignore,omitempty" jsonschema:"ruff rule codes or prefixes to disable (default: COM812, CPY, D100, D203, D213, FBT, RUF029)"`
+	Select []string `json:"select,omitempty" jsonschema:"ruff rule codes or prefixes to enable, such as F or E501"`
+	Ignore []string `json:"ignore,omitempty" jsonschema:"ruff rule codes or prefixes to disable"`
 }
 
 // LintOutput is lint_python's structured result.
@@ -100,6 +101,9 @@ func (s *Server) addTools() error {
 	if err != nil {
 		return fmt.Errorf("%s input schema: %w", FormatTool, err)
 	}
+	// The defaults come from the one place that knows them.
+	lintSchema.Properties["select"].Description += " (default: " + strings.Join(ruff.DefaultSelect, ", ") + ")"
+	lintSchema.Properties["ignore"].Description += " (default: " + strings.Join(ruff.DefaultIgnore, ", ") + ")"
 	runSchema.Properties["code"].MinLength = jsonschema.Ptr(1)
 	timeout := runSchema.Properties["timeout_seconds"]
 	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)

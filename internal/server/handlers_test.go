@@ -19,6 +19,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/ruff"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/server/servertest"
@@ -258,7 +259,7 @@ func TestLintAndFormat(t *testing.T) {
 		switch req.Command[1] {
 		case "check":
 			args := strings.Join(req.Command, " ")
-			if !strings.Contains(args, "--select ALL") || !strings.Contains(args, "--ignore "+strings.Join(server.DefaultIgnoreForTest(), ",")) {
+			if !strings.Contains(args, "--select ALL") || !strings.Contains(args, "--ignore "+strings.Join(ruff.DefaultIgnore, ",")) {
 				return nil, fmt.Errorf("unexpected ruff arguments %q", args)
 			}
 			return &jail.Result{Status: jail.StatusOK, Stdout: []byte(`[{"code":"F821","message":"Undefined name x","location":{"row":1,"column":7},"end_location":{"row":1,"column":8},"fix":null,"url":"https://docs.astral.sh/ruff/rules/undefined-name"},
