@@ -69,9 +69,9 @@ vet: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet $(BUILDFLAGS) ./...
 
-# Every package but the three that need root and real jails (internal/jail,
-# tests, and tests/vm/guest, which runs inside the VM guest).
-ROOT_PKGS := /internal/jail$$|/tests$$|/tests/vm/guest$$
+# Every package but those that need root and real jails (internal/jail,
+# internal/run, tests, and tests/vm/guest, which runs inside the VM guest).
+ROOT_PKGS := /internal/jail$$|/internal/run$$|/tests$$|/tests/vm/guest$$
 
 test-unit: ## every test that needs neither root nor the rootfs, fuzz seeds included
 	$(GO) test $(BUILDFLAGS) -count=1 $$($(GO) list ./... | grep -Ev '$(ROOT_PKGS)')
@@ -138,7 +138,7 @@ bench: deps rootfs build ## benchmark jaild against bare python3; prints the tab
 	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -json bench.json
 
 bench-engine: ## Go benchmark of one cold jail (root)
-	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 30x ./internal/jail/
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 30x ./internal/run/
 
 clean: ## remove build outputs (not the rootfs cache)
 	rm -rf bin dist bench.json

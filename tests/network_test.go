@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/jaild/jaild/internal/api"
 	"github.com/vishvananda/netlink"
+
+	"github.com/jaild/jaild/internal/api"
 )
 
 // netSection is the [network] configuration of the test daemons with

@@ -26,6 +26,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/version"
 )
@@ -40,13 +41,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "jaild:", err)
 		os.Exit(1)
 	}
-	if err := run(); err != nil {
+	if err := serve(); err != nil {
 		fmt.Fprintln(os.Stderr, "jaild:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func serve() error {
 	var (
 		cfgPath     = flag.String("config", config.DefaultPath, "configuration file (TOML)")
 		socket      = flag.String("socket", "", "socket path (overrides the config's socket)")
@@ -84,20 +85,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	engine, err := jail.New(jail.Config{
+	jails, err := jail.New(jail.Config{
 		Network:  netm,
 		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: log,
 		FavorDynmods: cfg.CgroupFavorDynmods,
-		Pool: jail.PoolConfig{
-			Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
-			MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
-			// Warm jails can serve any request within the callers' maxima.
-			Limits: server.EngineLimits(cfg.Maxima),
-		},
 	})
 	if err != nil {
 		return errors.Join(err, closeNetwork(netm))
+	}
+	engine, err := run.New(jails, run.Config{Logger: log, Pool: run.PoolConfig{
+		Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
+		MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
+		// Warm jails can serve any request within the callers' maxima.
+		Limits: server.EngineLimits(cfg.Maxima),
+	}})
+	if err != nil {
+		return errors.Join(err, jails.Close(), closeNetwork(netm))
 	}
 	srv, err := server.New(cfg, engine, log)
 	if err != nil {

@@ -45,8 +45,6 @@ type Config struct {
 	// Logger receives diagnostics (host paths and syscall details that
 	// callers never see). nil means slog.Default().
 	Logger *slog.Logger
-	// Pool configures the warm pool; the zero value disables it.
-	Pool PoolConfig
 	// Network gives runs that ask for it egress; nil: no run has it. Its
 	// MaxSlots must be at least MaxJails. The engine does not close it.
 	Network *egress.Manager
@@ -59,20 +57,8 @@ type Config struct {
 // emptyDir, in RunDir, is the empty second layer of every jail's root.
 const emptyDir = "empty"
 
-// Ids inside the jail.
-const (
-	idMapSize = 65536
-	jailUID   = 1000
-	jailGID   = 1000
-)
-
-// In-jail paths.
-const (
-	workspaceDir = "/workspace"
-	metaDir      = "/jaild"
-	figuresDir   = metaDir + "/figures"
-	pythonPath   = "/usr/bin/python3"
-)
+// idMapSize is how many host ids each jail's user namespace maps.
+const idMapSize = 65536
 
 // Validate checks the configuration before anything is created.
 func (c *Config) Validate() error {
@@ -103,19 +89,13 @@ type Engine struct {
 	stateDir string // libcontainer's root
 	runsDir  string // one directory (a tmpfs mountpoint) per run
 	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
-	pool     *pool
 	slots    slots
 
-	mu        sync.Mutex
-	closed    bool
-	running   sync.WaitGroup // runs in progress
-	teardowns sync.WaitGroup // teardowns after runs that returned
-	dynmods   string         // the cgroup hierarchy whose favordynmods this engine set
+	mu      sync.Mutex
+	closed  bool
+	live    sync.WaitGroup // jails created and not destroyed yet
+	dynmods string         // the cgroup hierarchy whose favordynmods this engine set
 }
-
-// Idle waits until every finished run has been torn down: its cgroup,
-// state, mounts and run directory removed.
-func (e *Engine) Idle() { e.teardowns.Wait() }
 
 // New validates cfg, sweeps whatever a crashed predecessor with the same
 // RunDir and CgroupName left behind, loads and checks the seccomp profile,
@@ -189,17 +169,8 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	if e.image, err = rootfs.Open(cfg.ImageDir, mnt); err != nil {
 		return nil, err
 	}
-	if cfg.Pool.Size > 0 {
-		if err := cfg.Pool.Limits.Validate(); err != nil {
-			return nil, errors.Join(fmt.Errorf("pool limits: %w", err), e.image.Close())
-		}
-	}
-	e.pool = newPool(e, cfg.Pool)
 	return e, nil
 }
-
-// PoolStats describes the warm pool.
-func (e *Engine) PoolStats() PoolStats { return e.pool.stats() }
 
 // Manifest returns the verified manifest of the engine's rootfs image.
 func (e *Engine) Manifest() *rootfs.Manifest { return e.image.Manifest }
@@ -218,16 +189,14 @@ func CgroupMode() string {
 	return "v1"
 }
 
-// Close destroys the warm pool's idle jails, waits for runs in progress to
-// finish and be torn down, then unmounts the rootfs.
-// Run fails with ErrClosed afterwards.
+// Close refuses new jails (Create fails with ErrClosed), waits until every
+// jail is destroyed (its owner must Destroy it), then removes the engine's
+// cgroups and unmounts the rootfs.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	e.pool.close()
-	e.running.Wait()
-	e.teardowns.Wait()
+	e.live.Wait()
 	for _, p := range e.cgroupParents() {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			e.log.Warn("remove cgroup parent", "path", p, "err", err)
@@ -251,7 +220,7 @@ func (e *Engine) restoreDynmods() {
 	e.dynmods = ""
 }
 
-// ErrClosed is returned by Run after Close (class errdefs.ErrUnavailable).
+// ErrClosed is returned by Create after Close (class errdefs.ErrUnavailable).
 var ErrClosed = errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
 
 // cgroupPath is the libcontainer cgroup path of run id. On v1 a relative
@@ -431,3 +400,31 @@ func (e *Engine) removeRunDir(dir string) {
 		e.log.Warn("remove run directory", "dir", dir, "err", err)
 	}
 }
+
+// Leftovers lists what the engine's jails left behind: libcontainer state,
+// run directories, cgroups and mounts. It is empty when every jail was
+// destroyed completely; the tests' leak checks and a start-up sweep's
+// result use it.
+func (e *Engine) Leftovers() []string {
+	var out []string
+	for _, dir := range []string{e.stateDir, e.runsDir} {
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			out = append(out, filepath.Join(dir, ent.Name()))
+		}
+	}
+	for _, id := range e.leftoverCgroups() {
+		out = append(out, "cgroup "+id)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], e.runsDir+"/") {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	return out
+}
+
+// HostIDBase is the first host id of the jails' ranges (Config.HostIDBase).
+func (e *Engine) HostIDBase() uint32 { return e.cfg.HostIDBase }

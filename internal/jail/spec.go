@@ -3,8 +3,6 @@ package jail
 import (
 	"fmt"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strconv"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -30,12 +28,12 @@ var (
 // cgroup as well.
 const shmBytes = 64 << 20
 
-// config builds the libcontainer configuration of one run. The OCI spec is
+// config builds the libcontainer configuration of one jail. The OCI spec is
 // the readable form; specconv turns it into libcontainer's, including the
 // seccomp filter.
-func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
-	id, runDir := b.id, b.runDir
-	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: b.idBase, Size: idMapSize}}
+func (e *Engine) config(j *Jail, l Limits) (*configs.Config, error) {
+	id, runDir := j.id, j.runDir
+	idmap := []specs.LinuxIDMapping{{ContainerID: 0, HostID: j.idBase, Size: idMapSize}}
 	mem := l.MemoryBytes
 	pids := l.Pids
 	oomAdj := 1000
@@ -45,7 +43,7 @@ func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
 		Root:     &specs.Root{Path: filepath.Join(runDir, "root"), Readonly: true},
 		Hostname: "jail",
 		Process: &specs.Process{
-			User:            specs.User{UID: jailUID, GID: jailGID},
+			User:            specs.User{UID: UID, GID: GID},
 			NoNewPrivileges: true,
 			Capabilities:    &specs.LinuxCapabilities{},
 			OOMScoreAdj:     &oomAdj,
@@ -54,9 +52,9 @@ func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: noexec},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=64k"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: append(noexec, "mode=1777", "size="+strconv.Itoa(shmBytes))},
-			{Destination: workspaceDir, Type: "bind", Source: filepath.Join(runDir, "work"), Options: []string{"bind", "nosuid", "nodev"}},
+			{Destination: WorkspaceDir, Type: "bind", Source: filepath.Join(runDir, "work"), Options: []string{"bind", "nosuid", "nodev"}},
 			{Destination: "/tmp", Type: "bind", Source: filepath.Join(runDir, "tmp"), Options: []string{"bind", "nosuid", "nodev"}},
-			{Destination: metaDir, Type: "bind", Source: filepath.Join(runDir, "meta"), Options: []string{"bind", "nosuid", "nodev", "noexec"}},
+			{Destination: MetaDir, Type: "bind", Source: filepath.Join(runDir, "meta"), Options: []string{"bind", "nosuid", "nodev", "noexec"}},
 		},
 		Linux: &specs.Linux{
 			UIDMappings: idmap,
@@ -78,13 +76,13 @@ func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
-	if b.net != nil {
+	if j.net != nil {
 		// The daemon's network namespace for the run (owned by the host's
 		// user namespace: nothing in the jail can reconfigure it), and a
 		// resolv.conf naming the run's resolver.
 		for i := range spec.Linux.Namespaces {
 			if spec.Linux.Namespaces[i].Type == specs.NetworkNamespace {
-				spec.Linux.Namespaces[i].Path = b.net.NetnsPath()
+				spec.Linux.Namespaces[i].Path = j.net.NetnsPath()
 			}
 		}
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
@@ -104,7 +102,7 @@ func (e *Engine) config(b *box, l Limits) (*configs.Config, error) {
 }
 
 type rlimit struct {
-	name       string // as Python's resource module names it
+	name       string // the Linux name (RLIMIT_AS)
 	typ        int
 	soft, hard uint64
 }
@@ -138,9 +136,10 @@ func rlimits(l Limits) []configs.Rlimit {
 	return out
 }
 
-// runnerRlimits are the same rlimits for the runner's job, which lowers
-// them in the user's process (a warm jail was created with higher ones).
-func runnerRlimits(l Limits) map[string][2]uint64 {
+// RlimitsByName are the rlimits of a jail with limits l, soft and hard, by
+// their Linux names (RLIMIT_AS, ...): for a program in a jail created with
+// higher limits to lower its own (setrlimit needs no privilege for that).
+func (l Limits) RlimitsByName() map[string][2]uint64 {
 	out := map[string][2]uint64{}
 	for _, r := range limitsOf(l) {
 		out[r.name] = [2]uint64{r.soft, r.hard}
@@ -148,9 +147,9 @@ func runnerRlimits(l Limits) map[string][2]uint64 {
 	return out
 }
 
-// fitsUnder reports whether every rlimit of l is at most the one of
+// FitsUnder reports whether every rlimit of l is at most the one of
 // created, so that a jail created with created can serve l by lowering.
-func fitsUnder(l, created Limits) bool {
+func (l Limits) FitsUnder(created Limits) bool {
 	want, have := limitsOf(l), limitsOf(created)
 	for i := range want {
 		if want[i].soft > have[i].soft || want[i].hard > have[i].hard {
@@ -158,34 +157,4 @@ func fitsUnder(l, created Limits) bool {
 		}
 	}
 	return true
-}
-
-// environ builds the jail's environment: the engine's allowlist plus the
-// caller's validated variables; nothing of the daemon's own environment.
-func environ(l Limits, extra map[string]string) []string {
-	threads := min(runtime.NumCPU(), max(1, int(l.Pids/8)), 4)
-	n := strconv.Itoa(threads)
-	env := map[string]string{
-		"PATH":                   "/usr/local/bin:/usr/bin:/bin",
-		"HOME":                   "/tmp",
-		"LANG":                   "C.UTF-8",
-		"LC_ALL":                 "C.UTF-8",
-		"TZ":                     "UTC",
-		"MPLBACKEND":             "Agg",
-		"MPLCONFIGDIR":           "/tmp/.matplotlib",
-		"OPENBLAS_NUM_THREADS":   n,
-		"OMP_NUM_THREADS":        n,
-		"MKL_NUM_THREADS":        n,
-		"NUMEXPR_NUM_THREADS":    n,
-		"VECLIB_MAXIMUM_THREADS": n,
-	}
-	for k, v := range extra {
-		env[k] = v
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
 }

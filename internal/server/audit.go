@@ -15,6 +15,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run"
 )
 
 // auditor writes one structured line per request through slog and, when
@@ -42,7 +43,7 @@ func (a *auditor) refused(who admission.Caller, op string, err error) {
 		"http_status", status, "error", typ, "reason", err.Error())
 }
 
-func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res *jail.Result, queued, total time.Duration) {
+func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res *run.Result, queued, total time.Duration) {
 	sum := sha256.Sum256([]byte(code))
 	digest := hex.EncodeToString(sum[:])
 	a.log.Info("audit", "op", op, "uid", who.UID, "pid", who.PID, "admin", who.Admin,

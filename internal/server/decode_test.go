@@ -11,6 +11,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/runner"
 )
 
@@ -19,7 +20,7 @@ import (
 
 func testServer() *Server { return &Server{cfg: config.Default()} }
 
-func decodeExecute(s *Server, body string, who admission.Caller) (*jail.Request, error) {
+func decodeExecute(s *Server, body string, who admission.Caller) (*run.Request, error) {
 	r := httptest.NewRequest("POST", "/v1/execute", strings.NewReader(body))
 	var req api.ExecuteRequest
 	if err := s.decode(httptest.NewRecorder(), r, &req); err != nil {
@@ -54,17 +55,17 @@ func TestLimitsResolution(t *testing.T) {
 func TestMessages(t *testing.T) {
 	l := jail.DefaultLimits()
 	cases := []struct {
-		res  jail.Result
+		res  run.Result
 		want string
 	}{
-		{jail.Result{Status: jail.StatusOK}, ""},
-		{jail.Result{Status: jail.StatusTimeout}, "Execution terminated after 10 seconds (the time limit)"},
-		{jail.Result{Status: jail.StatusMemoryLimit}, "Memory limit of 512 MB exceeded; the process was killed"},
-		{jail.Result{Status: jail.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "MemoryError", Message: ""}}, "MemoryError"},
-		{jail.Result{Status: jail.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "ModuleNotFoundError", Message: "No module named 'foo'"}}, "ModuleNotFoundError: No module named 'foo'"},
-		{jail.Result{Status: jail.StatusError, ExitCode: 3}, "Process exited with code 3"},
-		{jail.Result{Status: jail.StatusKilled, Signal: 9}, "Process killed by signal 9 (SIGKILL)"},
-		{jail.Result{Status: jail.StatusKilled, Cancelled: true}, "Execution cancelled"},
+		{run.Result{Status: run.StatusOK}, ""},
+		{run.Result{Status: run.StatusTimeout}, "Execution terminated after 10 seconds (the time limit)"},
+		{run.Result{Status: run.StatusMemoryLimit}, "Memory limit of 512 MB exceeded; the process was killed"},
+		{run.Result{Status: run.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "MemoryError", Message: ""}}, "MemoryError"},
+		{run.Result{Status: run.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "ModuleNotFoundError", Message: "No module named 'foo'"}}, "ModuleNotFoundError: No module named 'foo'"},
+		{run.Result{Status: run.StatusError, ExitCode: 3}, "Process exited with code 3"},
+		{run.Result{Status: run.StatusKilled, Signal: 9}, "Process killed by signal 9 (SIGKILL)"},
+		{run.Result{Status: run.StatusKilled, Cancelled: true}, "Execution cancelled"},
 	}
 	for _, c := range cases {
 		if got := message(&c.res, l); got != c.want {

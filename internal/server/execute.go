@@ -17,6 +17,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 
 // run admits the request and runs it in a jail. The run is killed when the
 // client goes away (r.Context is cancelled) or when the daemon aborts.
-func (s *Server) run(ctx context.Context, who admission.Caller, jr *jail.Request) (*jail.Result, time.Duration, error) {
+func (s *Server) run(ctx context.Context, who admission.Caller, jr *run.Request) (*run.Result, time.Duration, error) {
 	qstart := time.Now()
 	release, err := s.adm.Admit(ctx, who)
 	if err != nil {
@@ -83,7 +84,7 @@ func invalid(format string, args ...any) error {
 }
 
 // jailRequest validates an execute request into the engine's typed form.
-func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*jail.Request, error) {
+func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*run.Request, error) {
 	if req.Code == "" {
 		return nil, invalid("code is required and must not be empty")
 	}
@@ -97,15 +98,15 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 	if err != nil {
 		return nil, err
 	}
-	jr := &jail.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits}
+	jr := &run.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits}
 	if req.Stdin != nil {
 		if len(*req.Stdin) > maxStdinBytes {
 			return nil, invalid("stdin is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
 		}
 		jr.Stdin = []byte(*req.Stdin)
 	}
-	if len(req.Files) > jail.MaxFiles {
-		return nil, invalid("files has %d entries; the maximum is %d", len(req.Files), jail.MaxFiles)
+	if len(req.Files) > run.MaxFiles {
+		return nil, invalid("files has %d entries; the maximum is %d", len(req.Files), run.MaxFiles)
 	}
 	seen := map[string]bool{}
 	var total int64
@@ -125,10 +126,10 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 		if total > limits.WorkspaceBytes {
 			return nil, invalid("files: %d bytes in total, more than the workspace size of %d bytes", total, limits.WorkspaceBytes)
 		}
-		jr.Files = append(jr.Files, jail.File{Path: f.Path, Data: data})
+		jr.Files = append(jr.Files, run.File{Path: f.Path, Data: data})
 	}
-	if len(req.ReturnFiles) > jail.MaxPatterns {
-		return nil, invalid("return_files has %d entries; the maximum is %d", len(req.ReturnFiles), jail.MaxPatterns)
+	if len(req.ReturnFiles) > run.MaxPatterns {
+		return nil, invalid("return_files has %d entries; the maximum is %d", len(req.ReturnFiles), run.MaxPatterns)
 	}
 	for i, p := range req.ReturnFiles {
 		if err := workspace.ValidatePattern(p); err != nil {
@@ -136,7 +137,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ja
 		}
 	}
 	jr.ReturnFiles = req.ReturnFiles
-	if err := jail.ValidateEnv(req.Env); err != nil {
+	if err := run.ValidateEnv(req.Env); err != nil {
 		return nil, errdefs.InField("env", err)
 	}
 	if jr.Network, err = s.network(req, who); err != nil {
@@ -240,7 +241,7 @@ func EngineLimits(v config.Limits) jail.Limits {
 
 // response maps an engine result to the wire, with one actionable line in
 // message. Output is returned as text: invalid UTF-8 becomes U+FFFD.
-func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
+func response(res *run.Result, l jail.Limits) *api.ExecuteResponse {
 	out := &api.ExecuteResponse{
 		RunID:           res.ID,
 		Status:          string(res.Status),
@@ -297,19 +298,19 @@ func response(res *jail.Result, l jail.Limits) *api.ExecuteResponse {
 	return out
 }
 
-func message(res *jail.Result, l jail.Limits) string {
+func message(res *run.Result, l jail.Limits) string {
 	switch res.Status {
-	case jail.StatusOK:
+	case run.StatusOK:
 		return ""
-	case jail.StatusTimeout:
+	case run.StatusTimeout:
 		return "Execution terminated after " + humanDuration(l.Timeout) + " (the time limit)"
-	case jail.StatusMemoryLimit:
+	case run.StatusMemoryLimit:
 		return fmt.Sprintf("Memory limit of %d MB exceeded; the process was killed", l.MemoryBytes>>20)
-	case jail.StatusOutputLimit:
+	case run.StatusOutputLimit:
 		return fmt.Sprintf("Output limit of %d bytes exceeded; the process was killed", l.OutputBytes)
-	case jail.StatusCPULimit:
+	case run.StatusCPULimit:
 		return "CPU time limit exceeded; the process was killed"
-	case jail.StatusKilled:
+	case run.StatusKilled:
 		if res.Cancelled {
 			return "Execution cancelled"
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/ruff"
+	"github.com/jaild/jaild/internal/run"
 )
 
 // ruffLimits are the limits of a lint or format jail: ruff is fast, and
@@ -50,7 +51,7 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	args := ruff.CheckArgs(req.Select, req.Ignore)
-	jr := &jail.Request{Command: args, Stdin: []byte(req.Code), Limits: s.ruffLimits()}
+	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Limits: s.ruffLimits()}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -71,12 +72,12 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 }
 
 // ruffFailed turns a ruff run that did not complete into an error.
-func ruffFailed(res *jail.Result) error {
-	if res.Status == jail.StatusOK {
+func ruffFailed(res *run.Result) error {
+	if res.Status == run.StatusOK {
 		return nil
 	}
 	switch res.Status {
-	case jail.StatusTimeout, jail.StatusMemoryLimit, jail.StatusOutputLimit, jail.StatusCPULimit:
+	case run.StatusTimeout, run.StatusMemoryLimit, run.StatusOutputLimit, run.StatusCPULimit:
 		return errdefs.New(errdefs.ErrInvalidArgument, "ruff hit a limit (%s); try smaller code", res.Status)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")
@@ -95,7 +96,7 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "format", err)
 		return err
 	}
-	jr := &jail.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Limits: s.ruffLimits()}
+	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Limits: s.ruffLimits()}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -103,7 +104,7 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.audit.ran(who, "format", req.Code, jr.Limits, res, queued, time.Since(start))
-	if res.Status == jail.StatusError && res.ExitCode == 2 {
+	if res.Status == run.StatusError && res.ExitCode == 2 {
 		// ruff format exits 2 on code it cannot parse.
 		first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")
 		return invalid("code cannot be formatted: %s", first)

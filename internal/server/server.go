@@ -27,8 +27,8 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/run"
 )
 
 // Engine is what the server needs of the jail engine: *jail.Engine, or a
@@ -36,10 +36,10 @@ import (
 type Engine interface {
 	// Run runs one request in a jail. Errors of an errdefs class keep
 	// their class; any other error is the daemon's.
-	Run(ctx context.Context, req *jail.Request) (*jail.Result, error)
+	Run(ctx context.Context, req *run.Request) (*run.Result, error)
 	Manifest() *rootfs.Manifest
 	Seccomp() *specs.LinuxSeccomp
-	PoolStats() jail.PoolStats
+	PoolStats() run.PoolStats
 	CgroupMode() string
 }
 

@@ -30,14 +30,15 @@ trap cleanup EXIT
 share=$work/share
 mkdir -p "$share/src"
 
-# What the guest runs: the packages, the guest suite, and the jail
-# package's own tests with the files they read relative to their source.
+# What the guest runs: the packages, the guest suite, and the jail and run
+# packages' own tests with the files they read relative to their source.
 cp "$debs"/jaild_*.deb "$debs"/jaild-rootfs_*.deb "$share/"
 export CGO_ENABLED=1
 go=${GO:-go}
 "$go" test -c -trimpath -tags 'seccomp vmguest' -o "$share/guest.test" "$repo/tests/vm/guest"
 "$go" test -c -trimpath -tags seccomp -o "$share/jail.test" "$repo/internal/jail"
-mkdir -p "$share/src/internal/jail"
+"$go" test -c -trimpath -tags seccomp -o "$share/run.test" "$repo/internal/run"
+mkdir -p "$share/src/internal/jail" "$share/src/internal/run"
 cp -r "$repo/seccomp-profiles" "$share/src/"
 cp "$here/guest.sh" "$share/guest.sh"
 chmod 0755 "$share/guest.sh"

@@ -22,20 +22,21 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/server"
 )
 
 // Engine is a fake engine. RunFunc answers Run (a run that prints nothing
 // and ends ok when nil); every request it got is kept in Requests.
 type Engine struct {
-	RunFunc func(ctx context.Context, req *jail.Request) (*jail.Result, error)
+	RunFunc func(ctx context.Context, req *run.Request) (*run.Result, error)
 
 	mu       sync.Mutex
-	requests []*jail.Request
+	requests []*run.Request
 }
 
 // Run records req and answers with RunFunc.
-func (e *Engine) Run(ctx context.Context, req *jail.Request) (*jail.Result, error) {
+func (e *Engine) Run(ctx context.Context, req *run.Request) (*run.Result, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err // the real engine refuses what it would not run
 	}
@@ -44,16 +45,16 @@ func (e *Engine) Run(ctx context.Context, req *jail.Request) (*jail.Result, erro
 	f := e.RunFunc
 	e.mu.Unlock()
 	if f == nil {
-		return &jail.Result{ID: jail.NewID(), Status: jail.StatusOK}, nil
+		return &run.Result{ID: jail.NewID(), Status: run.StatusOK}, nil
 	}
 	return f(ctx, req)
 }
 
 // Requests returns the requests Run received, in order.
-func (e *Engine) Requests() []*jail.Request {
+func (e *Engine) Requests() []*run.Request {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]*jail.Request(nil), e.requests...)
+	return append([]*run.Request(nil), e.requests...)
 }
 
 // Manifest describes a fake image.
@@ -67,7 +68,7 @@ func (e *Engine) Seccomp() *specs.LinuxSeccomp {
 }
 
 // PoolStats reports an empty pool.
-func (e *Engine) PoolStats() jail.PoolStats { return jail.PoolStats{} }
+func (e *Engine) PoolStats() run.PoolStats { return run.PoolStats{} }
 
 // CgroupMode reports v2.
 func (e *Engine) CgroupMode() string { return "v2" }

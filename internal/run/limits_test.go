@@ -1,4 +1,4 @@
-package jail
+package run
 
 import (
 	"bytes"
@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/jail"
 )
 
 func TestJailMemoryLimit(t *testing.T) {
-	res := run(t, "x = []\nwhile True: x.append(bytearray(16 << 20))\n", withLimits(func(l *Limits) { l.MemoryBytes = 128 << 20 }))
+	res := run(t, "x = []\nwhile True: x.append(bytearray(16 << 20))\n", withLimits(func(l *jail.Limits) { l.MemoryBytes = 128 << 20 }))
 	if res.Status != StatusMemoryLimit || !res.OOMKilled {
 		t.Errorf("status %s oom_killed %v signal %d, want memory_limit with the OOM flag\nstderr: %s", res.Status, res.OOMKilled, res.Signal, res.Stderr)
 	}
@@ -33,7 +35,7 @@ for _ in range(10000):
         err = e.errno; break
 print(n, err, flush=True)
 `
-	res := run(t, code, withLimits(func(l *Limits) { l.Pids = 32; l.Timeout = 20 * time.Second }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.Pids = 32; l.Timeout = 20 * time.Second }))
 	var n, errno int
 	if _, err := sscan(res.Stdout, &n, &errno); err != nil {
 		t.Fatalf("output %q: %v\nstderr: %s", res.Stdout, err, res.Stderr)
@@ -48,7 +50,7 @@ print(n, err, flush=True)
 
 func TestJailTimeoutBusyLoop(t *testing.T) {
 	res := run(t, "import signal\nfor s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\nwhile True: pass\n",
-		withLimits(func(l *Limits) { l.Timeout = 1500 * time.Millisecond }))
+		withLimits(func(l *jail.Limits) { l.Timeout = 1500 * time.Millisecond }))
 	if res.Status != StatusTimeout || !res.TimedOut || res.Signal != 9 {
 		t.Errorf("status %s timed_out %v signal %d, want timeout by SIGKILL", res.Status, res.TimedOut, res.Signal)
 	}
@@ -61,7 +63,7 @@ func TestJailTimeoutBusyLoop(t *testing.T) {
 }
 
 func TestJailTimeoutSleep(t *testing.T) {
-	res := run(t, "import time\ntime.sleep(10**6)\n", withLimits(func(l *Limits) { l.Timeout = time.Second }))
+	res := run(t, "import time\ntime.sleep(10**6)\n", withLimits(func(l *jail.Limits) { l.Timeout = time.Second }))
 	if res.Status != StatusTimeout || !res.TimedOut {
 		t.Errorf("status %s timed_out %v, want timeout", res.Status, res.TimedOut)
 	}
@@ -74,17 +76,17 @@ func TestJailTimeoutSleep(t *testing.T) {
 }
 
 func TestJailOutputFlood(t *testing.T) {
-	res := run(t, "import sys\nwhile True: sys.stdout.write('x' * 65536)\n", withLimits(func(l *Limits) { l.OutputBytes = 100000 }))
+	res := run(t, "import sys\nwhile True: sys.stdout.write('x' * 65536)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 100000 }))
 	if res.Status != StatusOutputLimit || !res.StdoutTruncated || len(res.Stdout) != 100000 {
 		t.Errorf("status %s truncated %v len %d, want output_limit with exactly 100000 bytes kept", res.Status, res.StdoutTruncated, len(res.Stdout))
 	}
 	// One exact 1,000,000-byte line under the cap comes back whole.
-	res = run(t, "print('a' * 1_000_000)\n", withLimits(func(l *Limits) { l.OutputBytes = 2 << 20 }))
+	res = run(t, "print('a' * 1_000_000)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 2 << 20 }))
 	if res.Status != StatusOK || len(res.Stdout) != 1_000_001 || res.StdoutTruncated {
 		t.Errorf("1 MB line: status %s, %d bytes, truncated %v", res.Status, len(res.Stdout), res.StdoutTruncated)
 	}
 	// A stderr flood with a silent stdout is capped the same way.
-	res = run(t, "import os\nwhile True: os.write(2, b'\\xff' * 4096)\n", withLimits(func(l *Limits) { l.OutputBytes = 50000 }))
+	res = run(t, "import os\nwhile True: os.write(2, b'\\xff' * 4096)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 50000 }))
 	if res.Status != StatusOutputLimit || !res.StderrTruncated || len(res.Stderr) != 50000 || len(res.Stdout) != 0 {
 		t.Errorf("stderr flood: status %s truncated %v stderr %d stdout %d", res.Status, res.StderrTruncated, len(res.Stderr), len(res.Stdout))
 	}
@@ -103,7 +105,7 @@ try:
     while True: open(f'i{i}', 'w').close(); i += 1
 except OSError as e: print('inodes', e.errno)
 `
-	res := run(t, code, withLimits(func(l *Limits) { l.WorkspaceBytes = 8 << 20; l.WorkspaceInodes = 500 }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.WorkspaceBytes = 8 << 20; l.WorkspaceInodes = 500 }))
 	if got := string(res.Stdout); got != "space 28\ninodes 28\n" {
 		t.Errorf("output %q, want ENOSPC (28) for both space and inodes\nstderr: %s", got, res.Stderr)
 	}
@@ -111,7 +113,7 @@ except OSError as e: print('inodes', e.errno)
 
 func TestJailFileSizeLimit(t *testing.T) {
 	res := run(t, "try:\n    open('f', 'wb').write(b'x' * (3 << 20))\nexcept OSError as e: print(e.errno)\n",
-		withLimits(func(l *Limits) { l.FileSizeBytes = 1 << 20 }))
+		withLimits(func(l *jail.Limits) { l.FileSizeBytes = 1 << 20 }))
 	if strings.TrimSpace(string(res.Stdout)) != "27" || res.Status != StatusOK {
 		t.Errorf("output %q status %s, want EFBIG (27) raised, not a SIGXFSZ death\nstderr: %s", res.Stdout, res.Status, res.Stderr)
 	}
@@ -143,7 +145,7 @@ func TestJailCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	start := time.Now()
-	res, err := testEngine.Run(ctx, &Request{Code: "import time\ntime.sleep(60)\n", Limits: DefaultLimits()})
+	res, err := testEngine.Run(ctx, &Request{Code: "import time\ntime.sleep(60)\n", Limits: jail.DefaultLimits()})
 	if err != nil {
 		t.Fatal(err)
 	}

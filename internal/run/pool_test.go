@@ -1,53 +1,55 @@
-package jail
+package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/jail"
 )
 
 // newPoolEngine starts a second engine whose pool keeps one warm jail
 // that imported numpy and pandas.
-func newPoolEngine(t *testing.T) *Engine {
+func newPoolEngine(t *testing.T) *Service {
 	t.Helper()
 	return newPoolEngineWith(t, PoolConfig{Size: 1, Preimport: []string{"numpy", "pandas"}})
 }
 
-func newPoolEngineWith(t *testing.T, pc PoolConfig) *Engine {
+func newPoolEngineWith(t *testing.T, pc PoolConfig) *Service {
 	t.Helper()
 	runDir, err := os.MkdirTemp("", "jaild-pool-test-") // t.TempDir's parent is 0700
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
-	profile, _ := filepath.Abs("../../seccomp-profiles/default.json")
-	pc.Limits = DefaultLimits()
+	pc.Limits = jail.DefaultLimits()
 	pc.Limits.Timeout = 60 * time.Second
 	pc.Limits.MemoryBytes = 1 << 30
-	e, err := New(Config{
-		ImageDir: testEngine.cfg.ImageDir, SeccompProfile: profile, RunDir: runDir,
-		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: 2_000_000_000,
-		Pool: pc,
+	const base = 2_000_000_000
+	je, err := jail.New(jail.Config{
+		ImageDir: testImage, SeccompProfile: testProfile, RunDir: runDir,
+		CgroupName: "jaild-pool-test-" + strconv.Itoa(os.Getpid()), HostIDBase: base,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	e, err := New(je, Config{Pool: pc})
+	if err != nil {
+		t.Fatal(errors.Join(err, je.Close()))
 	}
 	t.Cleanup(func() {
 		if err := e.Close(); err != nil {
 			t.Error(err)
 		}
-		if ents, _ := os.ReadDir(e.runsDir); len(ents) != 0 {
-			t.Errorf("pool engine left run directories: %v", ents)
+		if left := je.Leftovers(); len(left) != 0 {
+			t.Errorf("pool engine left: %v", left)
 		}
-		if ids := e.leftoverCgroups(); len(ids) != 0 {
-			t.Errorf("pool engine left cgroups: %v", ids)
-		}
-		if pids := jailProcesses(2_000_000_000); len(pids) != 0 {
+		if pids := jailProcesses(base); len(pids) != 0 {
 			t.Errorf("pool engine left processes: %v", pids)
 		}
 	})
@@ -55,7 +57,7 @@ func newPoolEngineWith(t *testing.T, pc PoolConfig) *Engine {
 }
 
 // runWarm waits for a full pool, runs code in it and insists it was warm.
-func runWarm(t *testing.T, e *Engine, code string, opts ...func(*Request)) *Result {
+func runWarm(t *testing.T, e *Service, code string, opts ...func(*Request)) *Result {
 	t.Helper()
 	full := func() bool { s := e.PoolStats(); return s.Ready == s.Size && s.PlainReady == s.PlainSize }
 	for deadline := time.Now().Add(60 * time.Second); !full(); time.Sleep(20 * time.Millisecond) {
@@ -63,7 +65,7 @@ func runWarm(t *testing.T, e *Engine, code string, opts ...func(*Request)) *Resu
 			t.Fatalf("the pool never filled up: %+v", e.PoolStats())
 		}
 	}
-	req := &Request{Code: code, Limits: DefaultLimits()}
+	req := &Request{Code: code, Limits: jail.DefaultLimits()}
 	for _, o := range opts {
 		o(req)
 	}
@@ -109,16 +111,16 @@ print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.env
 	res = runWarm(t, e, "import resource\nru = resource.getrusage(resource.RUSAGE_SELF)\n"+
 		"print(resource.getrlimit(resource.RLIMIT_NOFILE), *resource.getrlimit(resource.RLIMIT_CPU), int(ru.ru_utime + ru.ru_stime))\n"+
 		"print(open('/proc/self/status').read().count('Seccomp:\\t2'))\n",
-		withLimits(func(l *Limits) { l.OpenFiles = 100; l.Timeout = 3 * time.Second }))
+		withLimits(func(l *jail.Limits) { l.OpenFiles = 100; l.Timeout = 3 * time.Second }))
 	var soft, hard, used int
 	if _, err := fmt.Sscanf(string(res.Stdout), "(100, 100) %d %d %d\n1\n", &soft, &hard, &used); err != nil || hard != soft+1 || soft < 4 || soft > 4+used {
 		t.Errorf("limits in a warm jail: %q %s (%v)", res.Stdout, res.Stderr, err)
 	}
-	res = runWarm(t, e, "x = bytearray(700 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", withLimits(func(l *Limits) { l.MemoryBytes = 400 << 20 }))
+	res = runWarm(t, e, "x = bytearray(700 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", withLimits(func(l *jail.Limits) { l.MemoryBytes = 400 << 20 }))
 	if res.Status != StatusMemoryLimit || !res.OOMKilled {
 		t.Errorf("memory limit in a warm jail: status %s oom %v", res.Status, res.OOMKilled)
 	}
-	res = runWarm(t, e, "while True: pass\n", withLimits(func(l *Limits) { l.Timeout = time.Second }))
+	res = runWarm(t, e, "while True: pass\n", withLimits(func(l *jail.Limits) { l.Timeout = time.Second }))
 	if res.Status != StatusTimeout || res.Duration > 2500*time.Millisecond {
 		t.Errorf("timeout in a warm jail: status %s after %v", res.Status, res.Duration)
 	}
@@ -133,11 +135,11 @@ print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.env
 
 	// A request the pool cannot honour (more than the pool's limits, or
 	// less memory than a warm jail already uses) runs cold.
-	for _, l := range []func(*Limits){
-		func(l *Limits) { l.Timeout = 2 * time.Minute },
-		func(l *Limits) { l.MemoryBytes = 64 << 20 },
+	for _, l := range []func(*jail.Limits){
+		func(l *jail.Limits) { l.Timeout = 2 * time.Minute },
+		func(l *jail.Limits) { l.MemoryBytes = 64 << 20 },
 	} {
-		req := &Request{Code: "print(1)", Limits: DefaultLimits()}
+		req := &Request{Code: "print(1)", Limits: jail.DefaultLimits()}
 		l(&req.Limits)
 		res, err := e.Run(context.Background(), req)
 		if err != nil || res.Warm || res.Status != StatusOK {
@@ -176,7 +178,7 @@ func TestJailWarmPoolKinds(t *testing.T) {
 	if res := runWarm(t, e, "print(1)"); res.Status != StatusOK {
 		t.Fatal(res.Status)
 	}
-	res, err := e.Run(context.Background(), &Request{Code: probe, Limits: DefaultLimits()})
+	res, err := e.Run(context.Background(), &Request{Code: probe, Limits: jail.DefaultLimits()})
 	if err != nil || res.Warm || string(res.Stdout) != "[]\n" {
 		t.Errorf("with the plain jail taken: warm %v %q %v; want a cold run", res != nil && res.Warm, res.Stdout, err)
 	}
@@ -185,11 +187,13 @@ func TestJailWarmPoolKinds(t *testing.T) {
 	}
 }
 
-func stateDirs(e *Engine) []string {
-	ents, _ := os.ReadDir(e.stateDir)
+// stateDirs lists the libcontainer state of e's live jails.
+func stateDirs(e *Service) []string {
 	var out []string
-	for _, ent := range ents {
-		out = append(out, ent.Name())
+	for _, l := range e.e.Leftovers() {
+		if strings.Contains(l, "/state/") {
+			out = append(out, l)
+		}
 	}
 	return out
 }

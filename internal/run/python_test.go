@@ -1,4 +1,4 @@
-package jail
+package run
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/jail"
 )
 
 func TestJailPackagesImport(t *testing.T) {
@@ -27,7 +29,7 @@ print(round(float(scipy.optimize.brentq(lambda x: x * x - 2, 0, 2)), 6))
 import subprocess
 print(subprocess.run(['ruff', '--version'], capture_output=True, text=True).stdout.split()[0])
 `
-	res := run(t, code, withLimits(func(l *Limits) { l.Timeout = 60 * time.Second }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 60 * time.Second }))
 	want := "22 imported\n499500 5.0\n2.0\n1.414214\nruff\n"
 	if res.Status != StatusOK || string(res.Stdout) != want {
 		t.Errorf("status %s\nstdout %q\nwant   %q\nstderr %s", res.Status, res.Stdout, want, res.Stderr)
@@ -42,7 +44,7 @@ plt.show()
 fig = plt.figure()
 plt.bar(['a', 'b'], [3, 5])
 `
-	res := run(t, code, withLimits(func(l *Limits) { l.Timeout = 60 * time.Second }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 60 * time.Second }))
 	if res.Status != StatusOK {
 		t.Fatalf("status %s\nstderr %s", res.Status, res.Stderr)
 	}

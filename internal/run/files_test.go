@@ -1,4 +1,4 @@
-package jail
+package run
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -105,12 +106,12 @@ open('out/ok.txt', 'w').write('fine')
 
 func TestJailFilesInRejected(t *testing.T) {
 	for _, p := range []string{"../../etc/cron.d/x", "/etc/x", "a/../../b", "a\x00b", "", strings.Repeat("n", 10000)} {
-		_, err := testEngine.Run(t.Context(), &Request{Code: "pass", Limits: DefaultLimits(), Files: []File{{Path: p}}})
+		_, err := testEngine.Run(t.Context(), &Request{Code: "pass", Limits: jail.DefaultLimits(), Files: []File{{Path: p}}})
 		if err == nil {
 			t.Errorf("file path %q accepted", p)
 		}
 	}
-	_, err := testEngine.Run(t.Context(), &Request{Code: "pass", Limits: DefaultLimits(), Files: []File{{Path: "a"}, {Path: "a"}}})
+	_, err := testEngine.Run(t.Context(), &Request{Code: "pass", Limits: jail.DefaultLimits(), Files: []File{{Path: "a"}, {Path: "a"}}})
 	if err == nil {
 		t.Error("duplicate file paths accepted")
 	}

@@ -1,10 +1,12 @@
-package jail
+package run
 
 import (
 	"encoding/json"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/jaild/jaild/internal/jail"
 )
 
 const isolationProbe = `
@@ -94,8 +96,8 @@ func TestJailIsolation(t *testing.T) {
 	if !oneJailRange(got.UIDMap, 1_200_000_000) || strings.Join(got.GIDMap, " ") != strings.Join(got.UIDMap, " ") {
 		t.Errorf("uid_map %v gid_map %v, want the same one non-root host range of 65536 ids at 1200000000+slot*65536", got.UIDMap, got.GIDMap)
 	}
-	if got.UID != jailUID || got.EUID != jailUID || got.GID != jailGID {
-		t.Errorf("uid/euid/gid = %d/%d/%d, want %d (non-root)", got.UID, got.EUID, got.GID, jailUID)
+	if got.UID != jail.UID || got.EUID != jail.UID || got.GID != jail.GID {
+		t.Errorf("uid/euid/gid = %d/%d/%d, want %d (non-root)", got.UID, got.EUID, got.GID, jail.UID)
 	}
 	if strings.Join(got.Ifaces, ",") != "lo" {
 		t.Errorf("interfaces = %v, want only lo", got.Ifaces)
@@ -120,7 +122,7 @@ func TestJailIsolation(t *testing.T) {
 		t.Errorf("machine-id %q must be the image's, not the host's", got.MachineID)
 	}
 	allowed := map[string]bool{}
-	for _, kv := range environ(DefaultLimits(), nil) {
+	for _, kv := range environ(jail.DefaultLimits(), nil) {
 		allowed[strings.SplitN(kv, "=", 2)[0]] = true
 	}
 	for _, k := range got.Env {
@@ -128,8 +130,8 @@ func TestJailIsolation(t *testing.T) {
 			t.Errorf("environment holds %s, which is not allowlisted", k)
 		}
 	}
-	if got.Cwd != workspaceDir {
-		t.Errorf("cwd %q, want %s", got.Cwd, workspaceDir)
+	if got.Cwd != jail.WorkspaceDir {
+		t.Errorf("cwd %q, want %s", got.Cwd, jail.WorkspaceDir)
 	}
 	// 0-2 are stdio, 3 the job pipe (closed by the runner after reading, so
 	// usually absent), 4 the records pipe; listdir adds one fd of its own.

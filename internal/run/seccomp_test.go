@@ -1,4 +1,4 @@
-package jail
+package run
 
 import (
 	"encoding/json"

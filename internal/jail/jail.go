@@ -1,0 +1,513 @@
+package jail
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/egress"
+	"github.com/jaild/jaild/internal/errdefs"
+)
+
+// The view from inside every jail.
+const (
+	// WorkspaceDir is the workspace: writable, on the jail's tmpfs, the
+	// first process's working directory.
+	WorkspaceDir = "/workspace"
+	// MetaDir is a directory for the daemon's side channels with the
+	// program it runs: writable, on the same tmpfs, noexec.
+	MetaDir = "/jaild"
+	// UID and GID are the ids every process of a jail runs as.
+	UID = 1000
+	GID = 1000
+)
+
+// teardownTimeout bounds how long Destroy may take, whatever happened to
+// the caller.
+const teardownTimeout = 30 * time.Second
+
+// NewID returns a fresh random jail id.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Spec is what a jail is created with.
+type Spec struct {
+	// Limits are the jail's cgroup limits, tmpfs size and rlimits.
+	Limits Limits
+	// Network, when set, gives the jail egress (the engine needs a
+	// Config.Network); nil means loopback only.
+	Network *Network
+}
+
+// Jail is one live jail: its run directory, container and first process.
+// Create it with Engine.Create and always Destroy it. Its methods are safe
+// for concurrent use.
+type Jail struct {
+	e          *Engine
+	id, runDir string
+	slot       int    // which host id range is the jail's (slots)
+	idBase     uint32 // host id of the jail's uid 0
+	c          *libcontainer.Container
+	cgroups    map[string]string // the jail's cgroup directories by controller ("" on v2)
+	net        *egress.Run       // nil: loopback only
+
+	mu      sync.Mutex
+	limits  Limits // what the jail has now (Resize changes them)
+	started bool
+	peak    *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
+
+	done      chan struct{} // closed when the first process has ended
+	exit      Exit
+	destroyed sync.Once
+}
+
+// Exit is how a jail's first process ended.
+type Exit struct {
+	Code   int   // exit status; -1 when killed by a signal or unknown
+	Signal int   // the signal that killed it; 0 when it exited
+	Err    error // set when the end could not be observed
+}
+
+// Process is a program to start in a jail, as UID:GID in WorkspaceDir with
+// the jail's rlimits and nothing of the daemon's environment.
+type Process struct {
+	Args []string
+	Env  []string
+	// Stdin, Stdout and Stderr are the process's fds 0-2; ExtraFiles are
+	// 3 onwards. The caller closes its copies of them after Start.
+	Stdin, Stdout, Stderr *os.File
+	ExtraFiles            []*os.File
+}
+
+// Create makes a jail (its tmpfs, root, cgroups, namespaces, network) with
+// no process in it yet: the caller may write into WorkDir before Start. On
+// error nothing is left behind. Errors: ErrClosed after Close; of class
+// errdefs.ErrUnavailable when every host id range is in use; of class
+// errdefs.ErrInvalidArgument for a Spec the engine cannot honour; others
+// are the host's.
+func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
+	if err := sp.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if sp.Network != nil && e.cfg.Network == nil {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "network egress is not enabled")
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e.live.Add(1)
+	e.mu.Unlock()
+	j := &Jail{e: e, id: NewID(), limits: sp.Limits, done: make(chan struct{})}
+	j.runDir = filepath.Join(e.runsDir, j.id)
+	var err error
+	if j.slot, err = e.slots.get(); err != nil {
+		e.live.Done()
+		return nil, err
+	}
+	j.idBase = e.cfg.HostIDBase + uint32(j.slot)*idMapSize
+	if err := e.makeRunDir(j); err != nil {
+		e.slots.put(j.slot)
+		e.live.Done()
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			j.Destroy()
+		}
+	}()
+	if sp.Network != nil {
+		if j.net, err = e.cfg.Network.Setup(j.slot, j.runDir, sp.Network.Allow); err != nil {
+			return nil, err
+		}
+		conf := "nameserver " + j.net.Nameserver().String() + "\noptions timeout:2 attempts:2\n"
+		if err := os.WriteFile(filepath.Join(j.runDir, "resolv.conf"), []byte(conf), 0o444); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := e.config(j, sp.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if j.c, err = libcontainer.Create(e.stateDir, j.id, cfg); err != nil {
+		return nil, fmt.Errorf("create jail: %w", err)
+	}
+	return j, nil
+}
+
+// ID is the jail's id (random, unique on this host).
+func (j *Jail) ID() string { return j.id }
+
+// WorkDir is the host path of the jail's WorkspaceDir. Its contents are
+// the jail's: open them only beneath it, without following links
+// (package workspace).
+func (j *Jail) WorkDir() string { return filepath.Join(j.runDir, "work") }
+
+// MetaHostDir is the host path of the jail's MetaDir; the same care
+// applies.
+func (j *Jail) MetaHostDir() string { return filepath.Join(j.runDir, "meta") }
+
+// HostUID and HostGID are the host ids of UID and GID, for files the
+// daemon writes into the jail.
+func (j *Jail) HostUID() int { return int(j.idBase) + UID }
+
+// HostGID: see HostUID.
+func (j *Jail) HostGID() int { return int(j.idBase) + GID }
+
+// Limits returns the jail's limits as it has them now.
+func (j *Jail) Limits() Limits {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.limits
+}
+
+// Start starts the jail's first process, its pid 1; the jail lives until
+// that process ends (Done). It can be called once.
+func (j *Jail) Start(p Process) error {
+	j.mu.Lock()
+	if j.started {
+		j.mu.Unlock()
+		return fmt.Errorf("jail %s: started already", j.id)
+	}
+	j.started = true
+	l := j.limits
+	j.mu.Unlock()
+	proc := &libcontainer.Process{
+		Args:       p.Args,
+		Env:        p.Env,
+		UID:        UID,
+		GID:        GID,
+		Cwd:        WorkspaceDir,
+		Stdin:      p.Stdin,
+		Stdout:     p.Stdout,
+		Stderr:     p.Stderr,
+		ExtraFiles: p.ExtraFiles,
+		Rlimits:    rlimits(l),
+		Init:       true,
+	}
+	if err := j.c.Run(proc); err != nil {
+		j.exit = Exit{Code: -1, Err: err}
+		close(j.done)
+		return fmt.Errorf("start jail: %w", err)
+	}
+	go func() {
+		ps, err := proc.Wait()
+		j.exit = exitOf(ps, err)
+		close(j.done)
+	}()
+	state, err := j.c.State()
+	if err != nil {
+		return fmt.Errorf("jail state: %w", err)
+	}
+	j.mu.Lock()
+	j.cgroups = state.CgroupPaths
+	j.mu.Unlock()
+	return nil
+}
+
+func exitOf(ps *os.ProcessState, err error) Exit {
+	x := Exit{Code: -1, Err: err}
+	if ps == nil {
+		return x
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			x.Code = ws.ExitStatus()
+		case ws.Signaled():
+			x.Signal = int(ws.Signal())
+		}
+	}
+	return x
+}
+
+// Done is closed when the first process has ended (or could not start).
+func (j *Jail) Done() <-chan struct{} { return j.done }
+
+// Exit is how the first process ended; valid once Done is closed.
+func (j *Jail) Exit() Exit {
+	<-j.done
+	return j.exit
+}
+
+// Kill sends SIGKILL to the first process: the kernel then kills every
+// process of the jail's pid namespace.
+func (j *Jail) Kill() { _ = j.c.Signal(unix.SIGKILL) }
+
+// Signal sends sig to the first process.
+func (j *Jail) Signal(sig os.Signal) error { return j.c.Signal(sig) }
+
+// Freeze stops every process of the jail (cgroup freezer); Thaw resumes
+// them.
+func (j *Jail) Freeze() error { return j.c.Pause() }
+
+// Thaw: see Freeze.
+func (j *Jail) Thaw() error { return j.c.Resume() }
+
+// KillAll waits until the jail's cgroup holds no process, killing any that
+// remain (stragglers of a pid 1 that ended), for at most a few seconds
+// (Destroy is the backstop). Call it after Done.
+func (j *Jail) KillAll() {
+	j.mu.Lock()
+	paths := j.cgroups
+	j.mu.Unlock()
+	// One hierarchy's list is enough: a jail cannot make cgroups of its
+	// own.
+	procs, killDir := paths["pids"], ""
+	if cgroups.IsCgroup2UnifiedMode() {
+		procs, killDir = paths[""], paths[""]
+	}
+	if procs == "" {
+		return
+	}
+	j.e.waitEmptyIn(j.id, killDir, func() ([]int, error) { return cgroups.GetPids(procs) })
+}
+
+// Stats are a jail's resource counters.
+type Stats struct {
+	CPU time.Duration // CPU time of every process, ever
+	// PeakMemoryBytes is the cgroup's peak since the jail started, or
+	// since Resize where the kernel can reset it.
+	PeakMemoryBytes uint64
+	OOMKills        uint64 // processes the OOM killer ended in the jail
+	// AnonMemoryBytes is the jail's anonymous memory now (not file pages,
+	// which are shared and reclaimable).
+	AnonMemoryBytes uint64
+}
+
+// Stats reads the jail's counters straight from its cgroup files (cheaper
+// than libcontainer's Stats, and the OOM count is not in that).
+func (j *Jail) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := readCgroupStats(j.cgroups)
+	if j.peak != nil {
+		if v, ok := readPeak(j.peak); ok {
+			st.PeakMemoryBytes = v
+		}
+	}
+	return st
+}
+
+// NetworkUsage is the jail's traffic; nil without egress.
+func (j *Jail) NetworkUsage() *egress.Usage {
+	if j.net == nil {
+		return nil
+	}
+	u := j.net.Usage()
+	return &u
+}
+
+// Resize gives a started jail new cgroup memory and pids limits and a new
+// tmpfs size, and starts its peak-memory counter afresh. The rlimits of
+// its processes stay as they were created: lower them from inside.
+func (j *Jail) Resize(l Limits) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v2 := cgroups.IsCgroup2UnifiedMode()
+	// Straight to the two controllers: the container's Set would rewrite
+	// every controller and its state file (~0.5 ms).
+	r := &cgroups.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, PidsLimit: &l.Pids, SkipDevices: true}
+	if v2 {
+		m, err := fs2.NewManager(&cgroups.Cgroup{Resources: r}, j.cgroups[""])
+		if err == nil {
+			err = m.Set(r)
+		}
+		if err != nil {
+			return fmt.Errorf("set cgroup limits: %w", err)
+		}
+		if j.peak != nil {
+			j.peak.Close()
+		}
+		j.peak = resetPeak(j.cgroups[""])
+	} else {
+		if err := (&fs.MemoryGroup{}).Set(j.cgroups["memory"], r); err != nil {
+			return fmt.Errorf("set cgroup memory limit: %w", err)
+		}
+		if err := (&fs.PidsGroup{}).Set(j.cgroups["pids"], r); err != nil {
+			return fmt.Errorf("set cgroup pids limit: %w", err)
+		}
+		_ = cgroups.WriteFile(j.cgroups["memory"], "memory.max_usage_in_bytes", "0")
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d", l.WorkspaceBytes, l.WorkspaceInodes)
+	if err := unix.Mount("", j.runDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return &os.PathError{Op: "remount workspace", Path: j.runDir, Err: err}
+	}
+	j.limits = l
+	return nil
+}
+
+// Destroy kills whatever is left of the jail and removes its cgroup,
+// state, mounts, network and run directory, then frees its host id range:
+// only once every process of the jail is gone can another jail have those
+// ids. It returns after teardownTimeout at the latest; a teardown still
+// going on then keeps the range until it ends. Calls after the first do
+// nothing.
+func (j *Jail) Destroy() {
+	j.destroyed.Do(func() {
+		defer j.e.live.Done()
+		done := make(chan bool, 1)
+		go func() { done <- j.teardown() }()
+		timer := time.NewTimer(teardownTimeout)
+		defer timer.Stop()
+		select {
+		case free := <-done:
+			if free {
+				j.e.slots.put(j.slot)
+			}
+		case <-timer.C:
+			j.e.log.Error("jail teardown exceeded its deadline; its host id range stays out of use until it ends", "id", j.id, "slot", j.slot, "deadline", teardownTimeout)
+			go func() {
+				if <-done {
+					j.e.slots.put(j.slot)
+					j.e.log.Info("late jail teardown ended", "id", j.id, "slot", j.slot)
+				}
+			}()
+		}
+	})
+}
+
+// teardown reports whether the jail's host id range is free again.
+func (j *Jail) teardown() bool {
+	j.mu.Lock()
+	if j.peak != nil {
+		j.peak.Close()
+		j.peak = nil
+	}
+	j.mu.Unlock()
+	free := true
+	if j.c != nil {
+		if err := j.c.Destroy(); err != nil {
+			j.e.log.Error("destroy jail; its host id range stays in use", "id", j.id, "slot", j.slot, "err", err)
+			free = false
+		}
+	}
+	if j.net != nil {
+		j.net.Close()
+	}
+	j.e.removeRunDir(j.runDir)
+	return free
+}
+
+// makeRunDir mounts the jail's tmpfs (the size and inode limits of the
+// workspace, /tmp and MetaDir together), lays out its directories, all
+// owned by the jail's user, and mounts the jail's root.
+func (e *Engine) makeRunDir(j *Jail) (retErr error) {
+	dir, l := j.runDir, j.limits
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			e.removeRunDir(dir)
+		}
+	}()
+	uid, gid := j.HostUID(), j.HostGID()
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", l.WorkspaceBytes, l.WorkspaceInodes, uid, gid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return &os.PathError{Op: "mount tmpfs", Path: dir, Err: err}
+	}
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{"work", 0o755}, {"tmp", 0o1777}, {"meta", 0o755}} {
+		p := filepath.Join(dir, d.name)
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil { // umask-proof
+			return err
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+	}
+	return e.mountRoot(dir)
+}
+
+// mountRoot mounts the jail's root at dir/root: a read-only overlay of the
+// image, so that every jail has its own superblock and inodes. Concurrent
+// jails then share the image's page cache but no inode state: a flock,
+// POSIX or lease lock, or a dnotify watch on an image file is seen only in
+// the jail that made it (with one shared squashfs mount, such state was a
+// channel between runs). Read-only overlayfs needs two lower layers; the
+// second is an empty directory. The layers are named relative to RunDir
+// because the jail's /proc/self/mountinfo shows them as given: no host
+// path or jail id.
+func (e *Engine) mountRoot(dir string) error {
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o555); err != nil {
+		return err
+	}
+	image, err := filepath.Rel(e.cfg.RunDir, e.image.Root)
+	if err != nil || strings.Contains(image, ":") || strings.HasPrefix(image, "..") {
+		return fmt.Errorf("image mount %s is not a plain path below %s", e.image.Root, e.cfg.RunDir)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// A thread with its own working directory, which Go ends after.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare(CLONE_FS): %w", err)
+			return
+		}
+		if err := unix.Chdir(e.cfg.RunDir); err != nil {
+			errc <- err
+			return
+		}
+		opts := "lowerdir=" + image + ":" + emptyDir
+		if err := unix.Mount("overlay", root, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			errc <- &os.PathError{Op: "mount overlay", Path: root, Err: err}
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// waitEmpty waits until pids lists no process of the jail, killing any
+// that remain, for at most a few seconds (Destroy is the backstop).
+func (e *Engine) waitEmpty(id string, pids func() ([]int, error)) {
+	e.waitEmptyIn(id, "", pids)
+}
+
+// waitEmptyIn is waitEmpty for the jail whose cgroup v2 directory is dir
+// ("" on v1): cgroup.kill (Linux 5.14+) kills every process in it at once,
+// with no window for a fork between listing and killing, nor for a pid
+// that was reused; signals to the listed pids are the fallback.
+func (e *Engine) waitEmptyIn(id, dir string, pids func() ([]int, error)) {
+	deadline := time.Now().Add(5 * time.Second)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		left, err := pids()
+		if err != nil || len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.log.Warn("jail cgroup not empty after kill", "id", id, "pids", len(left))
+			return
+		}
+		if dir == "" || cgroups.WriteFile(dir, "cgroup.kill", "1") != nil {
+			for _, pid := range left {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		time.Sleep(delay)
+	}
+}

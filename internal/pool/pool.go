@@ -1,0 +1,283 @@
+// Package pool keeps warm items (jails started ahead of requests) ready,
+// by key: a key is an image and a kind of item, so a second image is a new
+// key, not a new pool. It refills one item at a time, the key furthest
+// below its size first; under memory pressure it stops refilling and drops
+// what is idle. It knows nothing of what an item is: a create function
+// makes one, and an item says whether it is still alive and destroys
+// itself.
+package pool
+
+import (
+	"bufio"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Key names a kind of warm item.
+type Key struct {
+	Image string // the image's digest
+	Kind  string // what was started in it ("plain", "preloaded", ...)
+}
+
+// Item is a warm item.
+type Item interface {
+	// Dead reports whether the item can no longer serve.
+	Dead() bool
+	// Destroy releases the item; it must be bounded in time.
+	Destroy()
+}
+
+// Size is how many items of Key to keep ready.
+type Size struct {
+	Key Key
+	N   int
+}
+
+// Config configures a Pool.
+type Config struct {
+	// Sizes, in order: on a tie between keys equally below their sizes,
+	// the first refills first.
+	Sizes []Size
+	// MinAvailableBytes: below this much MemAvailable the pool stops
+	// refilling and drops its idle items. 0 means 10% of MemTotal.
+	MinAvailableBytes uint64
+	// Logger receives creation failures; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Create makes one ready item of key. It must return soon after stop is
+// closed (an item cut short then is not an error).
+type Create func(key Key, stop <-chan struct{}) (Item, error)
+
+// Pool is safe for concurrent use. The zero value and nil are an empty
+// pool that never has items.
+type Pool struct {
+	cfg    Config
+	create Create
+	log    *slog.Logger
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	drops  sync.WaitGroup // destroys of dead items
+
+	mu    sync.Mutex
+	ready map[Key][]Item
+	pause bool
+}
+
+// New starts a pool that keeps cfg.Sizes items ready, made by create.
+func New(cfg Config, create Create) *Pool {
+	p := &Pool{cfg: cfg, create: create, log: cfg.Logger, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	total := 0
+	for _, s := range cfg.Sizes {
+		total += s.N
+	}
+	if total > 0 {
+		go p.loop()
+	} else {
+		close(p.done)
+	}
+	return p
+}
+
+// Size returns how many items of key the pool keeps ready.
+func (p *Pool) Size(key Key) int {
+	if p == nil {
+		return 0
+	}
+	for _, s := range p.cfg.Sizes {
+		if s.Key == key {
+			return s.N
+		}
+	}
+	return 0
+}
+
+// Take returns a ready item of the first key in order that has one, and
+// that key. Dead items met on the way are destroyed. The caller owns the
+// item; call Kick once the work it was taken for no longer needs the CPU.
+func (p *Pool) Take(order ...Key) (Item, Key, bool) {
+	if p == nil {
+		return nil, Key{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, key := range order {
+		for len(p.ready[key]) > 0 {
+			it := p.ready[key][0]
+			p.ready[key] = p.ready[key][1:]
+			if it.Dead() {
+				p.drops.Go(it.Destroy)
+				p.Kick()
+				continue
+			}
+			return it, key, true
+		}
+	}
+	return nil, Key{}, false
+}
+
+// Kick asks the pool to refill now.
+func (p *Pool) Kick() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats are the pool's sizes and ready counts.
+type Stats struct {
+	Size, Ready map[Key]int
+	Paused      bool // under memory pressure
+}
+
+// Stats describes the pool.
+func (p *Pool) Stats() Stats {
+	st := Stats{Size: map[Key]int{}, Ready: map[Key]int{}}
+	if p == nil {
+		return st
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.cfg.Sizes {
+		st.Size[s.Key] = s.N
+		st.Ready[s.Key] = len(p.ready[s.Key])
+	}
+	st.Paused = p.pause
+	return st
+}
+
+// loop keeps the pool full, one creation at a time, pausing and dropping
+// idle items under memory pressure.
+func (p *Pool) loop() {
+	defer close(p.done)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		// Refilling can go on for many items in a row; a stop must not
+		// wait for all of them (systemctl stop took 18-32 s).
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		pressure := p.memoryPressure()
+		p.mu.Lock()
+		p.pause = pressure
+		var drop []Item
+		if pressure {
+			for k := range p.ready {
+				drop = append(drop, p.ready[k]...)
+				delete(p.ready, k)
+			}
+		}
+		var key Key
+		need := 0.0
+		for _, s := range p.cfg.Sizes {
+			if s.N == 0 {
+				continue
+			}
+			if n := float64(s.N-len(p.ready[s.Key])) / float64(s.N); n > need {
+				key, need = s.Key, n
+			}
+		}
+		p.mu.Unlock()
+		for _, it := range drop {
+			it.Destroy()
+		}
+		if !pressure && need > 0 {
+			it, err := p.create(key, p.stop)
+			select {
+			case <-p.stop:
+				if it != nil {
+					it.Destroy()
+				}
+				return // an item cut short by the stop is no error
+			default:
+			}
+			if err != nil {
+				p.log.Error("warm pool: create", "image", key.Image, "kind", key.Kind, "err", err)
+			} else {
+				p.mu.Lock()
+				p.ready[key] = append(p.ready[key], it)
+				p.mu.Unlock()
+				continue // more may be needed
+			}
+		}
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// Close stops refilling and destroys the idle items.
+func (p *Pool) Close() {
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = map[Key][]Item{}
+	p.mu.Unlock()
+	for _, list := range ready {
+		for _, it := range list {
+			it.Destroy()
+		}
+	}
+	p.drops.Wait()
+}
+
+func (p *Pool) memoryPressure() bool {
+	total, avail := meminfo()
+	if total == 0 {
+		return false
+	}
+	min := p.cfg.MinAvailableBytes
+	if min == 0 {
+		min = total / 10
+	}
+	return avail < min
+}
+
+func meminfo() (total, avail uint64) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseUint(fields[1], 10, 64)
+		switch fields[0] {
+		case "MemTotal:":
+			total = v << 10
+		case "MemAvailable:":
+			avail = v << 10
+		}
+	}
+	return total, avail
+}

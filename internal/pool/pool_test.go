@@ -1,0 +1,159 @@
+package pool
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type item struct {
+	key       Key
+	dead      atomic.Bool
+	destroyed atomic.Int32
+}
+
+func (it *item) Dead() bool { return it.dead.Load() }
+func (it *item) Destroy()   { it.destroyed.Add(1) }
+
+type factory struct {
+	mu    sync.Mutex
+	made  []*item
+	fail  atomic.Bool
+	block chan struct{} // when set, creation waits for it or stop
+}
+
+func (f *factory) create(key Key, stop <-chan struct{}) (Item, error) {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-stop:
+			return nil, errors.New("stopped")
+		}
+	}
+	if f.fail.Load() {
+		return nil, errors.New("no")
+	}
+	it := &item{key: key}
+	f.mu.Lock()
+	f.made = append(f.made, it)
+	f.mu.Unlock()
+	return it, nil
+}
+
+var (
+	a = Key{Image: "sha256:1", Kind: "plain"}
+	b = Key{Image: "sha256:1", Kind: "preloaded"}
+	c = Key{Image: "sha256:2", Kind: "plain"} // a second image is a key
+)
+
+func waitFull(t *testing.T, p *Pool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		st := p.Stats()
+		full := true
+		for k, n := range st.Size {
+			full = full && st.Ready[k] == n
+		}
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never full: %+v", st)
+		}
+	}
+}
+
+func TestPoolFillsTakesAndRefills(t *testing.T) {
+	f := &factory{}
+	p := New(Config{Sizes: []Size{{a, 2}, {b, 1}, {c, 1}}, MinAvailableBytes: 1}, f.create)
+	defer p.Close()
+	waitFull(t, p)
+	if it, key, ok := p.Take(b, a); !ok || key != b || it.(*item).key != b {
+		t.Fatalf("Take(b, a) = %v %v %v", it, key, ok)
+	}
+	if _, key, ok := p.Take(b, c); !ok || key != c {
+		t.Fatalf("Take(b, c) with b empty = %v %v; want c", key, ok)
+	}
+	if _, _, ok := p.Take(Key{Image: "sha256:3", Kind: "plain"}); ok {
+		t.Fatal("took an item of a key the pool does not keep")
+	}
+	p.Kick()
+	waitFull(t, p)
+	if n := len(f.made); n != 6 {
+		t.Errorf("made %d items, want 4 then 2 refills", n)
+	}
+}
+
+func TestPoolDropsDeadItems(t *testing.T) {
+	f := &factory{}
+	p := New(Config{Sizes: []Size{{a, 1}}, MinAvailableBytes: 1}, f.create)
+	waitFull(t, p)
+	f.mu.Lock()
+	first := f.made[0]
+	f.mu.Unlock()
+	first.dead.Store(true)
+	it, _, ok := p.Take(a)
+	for !ok { // the refill of the dead one
+		time.Sleep(time.Millisecond)
+		it, _, ok = p.Take(a)
+	}
+	if it == Item(first) {
+		t.Fatal("a dead item was handed out")
+	}
+	p.Close()
+	if first.destroyed.Load() != 1 {
+		t.Errorf("the dead item was destroyed %d times", first.destroyed.Load())
+	}
+}
+
+func TestPoolCloseDestroysIdleAndStopsCreating(t *testing.T) {
+	f := &factory{}
+	p := New(Config{Sizes: []Size{{a, 3}}, MinAvailableBytes: 1}, f.create)
+	waitFull(t, p)
+	p.Close()
+	for _, it := range f.made {
+		if it.destroyed.Load() != 1 {
+			t.Errorf("idle item destroyed %d times", it.destroyed.Load())
+		}
+	}
+	// A creation in progress ends with the stop.
+	f2 := &factory{block: make(chan struct{})}
+	p2 := New(Config{Sizes: []Size{{a, 1}}, MinAvailableBytes: 1}, f2.create)
+	done := make(chan struct{})
+	go func() { p2.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a blocked creation")
+	}
+}
+
+func TestPoolUnderPressurePauses(t *testing.T) {
+	f := &factory{}
+	p := New(Config{Sizes: []Size{{a, 1}}, MinAvailableBytes: 1 << 62}, f.create)
+	defer p.Close()
+	for deadline := time.Now().Add(10 * time.Second); !p.Stats().Paused; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("never paused with 4 EiB asked to stay free")
+		}
+	}
+	if len(f.made) != 0 {
+		t.Errorf("created %d items under pressure", len(f.made))
+	}
+}
+
+func TestNilAndEmptyPool(t *testing.T) {
+	var p *Pool
+	if _, _, ok := p.Take(a); ok || p.Size(a) != 0 {
+		t.Error("a nil pool has items")
+	}
+	p.Kick()
+	p.Close()
+	e := New(Config{}, (&factory{}).create)
+	if _, _, ok := e.Take(a); ok {
+		t.Error("an empty pool has items")
+	}
+	e.Close()
+}

@@ -1,0 +1,141 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/workspace"
+)
+
+// execute hands the job to a started jail and collects what it produced.
+func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Result, error) {
+	j, p := st.j, st.p
+	res := &Result{ID: j.ID(), ExitCode: -1}
+	var (
+		once     sync.Once
+		overflow = make(chan struct{})
+	)
+	stdout := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
+	stderr := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: stdout.OnOverflow}
+	records := &runner.Capture{Limit: runner.MaxRecordBytes}
+	base := j.Stats()
+	var readers sync.WaitGroup
+	readers.Go(func() { stdout.Drain(p.stdoutR) })
+	readers.Go(func() { stderr.Drain(p.stderrR) })
+	if p.recR != nil {
+		readers.Go(func() { records.Drain(p.recR) })
+		job, _ := json.Marshal(runner.Job{
+			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
+			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: req.Env, Rlimits: req.Limits.RlimitsByName(),
+		})
+		go feed(p.jobW, job)
+	}
+	go feed(p.stdinW, req.Stdin)
+
+	start := time.Now()
+	timer := time.NewTimer(req.Limits.Timeout)
+	defer timer.Stop()
+	var outputLimit bool
+wait:
+	for {
+		select {
+		case <-j.Done():
+			break wait
+		case <-timer.C:
+			res.TimedOut = true
+			j.Kill()
+		case <-overflow:
+			overflow = nil
+			outputLimit = true
+			j.Kill()
+		case <-ctx.Done():
+			res.Cancelled = true
+			j.Kill()
+		}
+	}
+	res.Duration = time.Since(start)
+	ended := j.Exit()
+	if ended.Err != nil {
+		s.log.Error("wait for jail", "id", j.ID(), "err", ended.Err)
+	}
+	res.ExitCode, res.Signal = ended.Code, ended.Signal
+	if ended.Signal != 0 {
+		res.ExitCode = -1
+	}
+
+	// The run is over when its cgroup is empty, not when its first process
+	// exits. The kernel kills and reaps the rest of the pid namespace
+	// before its init's exit is seen, so the cgroup is normally empty at
+	// once; stragglers are killed.
+	j.KillAll()
+	readers.Wait()
+
+	res.Network = j.NetworkUsage()
+	after := j.Stats()
+	res.CPUTime = after.CPU - base.CPU
+	res.PeakMemoryBytes = after.PeakMemoryBytes
+	res.OOMKilled = after.OOMKills > base.OOMKills
+	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated
+	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
+	if p.recR != nil {
+		recs := runner.ParseRecords(records.Buf, strings.Count(req.Code, "\n")+1)
+		res.Exception, res.ResultRepr = recs.Exception, recs.Result
+		// The jail's init (pid 1) cannot die by the signal that killed the
+		// runner; it exits 128+N and says N. Believe it only when both agree
+		// (user code could forge the record, but only about itself).
+		if recs.Signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.Signal {
+			res.Signal, res.ExitCode = recs.Signal, -1
+		}
+		res.Figures = workspace.ReadFigures(filepath.Join(j.MetaHostDir(), "figures"))
+	}
+	if len(req.ReturnFiles) > 0 {
+		files, err := collect(j, req.ReturnFiles)
+		if err != nil {
+			s.log.Warn("collect files", "id", j.ID(), "err", err)
+			files = append(files, workspace.File{Path: ".", Error: "workspace could not be read completely"})
+		}
+		res.Files = files
+	}
+	res.Status = status(res, outputLimit)
+	return res, nil
+}
+
+// collect reads back the files of j's workspace that match patterns; only
+// call it once every process of the jail is dead.
+func collect(j *jail.Jail, patterns []string) ([]workspace.File, error) {
+	d, err := workspace.Open(j.WorkDir())
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Collect(patterns)
+}
+
+// status decides the run's status from what happened, most specific first.
+func status(r *Result, outputLimit bool) Status {
+	switch {
+	case r.TimedOut:
+		return StatusTimeout
+	case r.OOMKilled:
+		return StatusMemoryLimit
+	case outputLimit:
+		return StatusOutputLimit
+	case r.Cancelled:
+		return StatusKilled
+	case r.Signal == int(unix.SIGXCPU):
+		return StatusCPULimit
+	case r.Signal != 0:
+		return StatusKilled
+	case r.ExitCode == 0:
+		return StatusOK
+	}
+	return StatusError
+}
