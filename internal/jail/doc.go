@@ -2,7 +2,7 @@
 // with runc's libcontainer and hands out a handle to each (Jail): start its
 // first process, signal it, wait for it, read its counters, resize, freeze
 // and thaw it, and destroy it within a deadline. It knows nothing of what
-// runs inside (package run starts the Python runner in it).
+// runs inside (package run decides that).
 //
 // It is the only package of jaild that imports libcontainer. A jail has its
 // own user (host root unmapped), mount, pid, net (loopback only, or the

@@ -195,12 +195,19 @@ func (j *Jail) Start(p Process) error {
 		UID:        UID,
 		GID:        GID,
 		Cwd:        WorkspaceDir,
-		Stdin:      p.Stdin,
-		Stdout:     p.Stdout,
-		Stderr:     p.Stderr,
 		ExtraFiles: p.ExtraFiles,
 		Rlimits:    rlimits(l),
 		Init:       true,
+	}
+	// A nil *os.File in an io.Reader would not be a nil interface.
+	if p.Stdin != nil {
+		proc.Stdin = p.Stdin
+	}
+	if p.Stdout != nil {
+		proc.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		proc.Stderr = p.Stderr
 	}
 	if err := j.c.Run(proc); err != nil {
 		j.exit = Exit{Code: -1, Err: err}
@@ -223,10 +230,10 @@ func (j *Jail) Start(p Process) error {
 }
 
 func exitOf(ps *os.ProcessState, err error) Exit {
-	x := Exit{Code: -1, Err: err}
 	if ps == nil {
-		return x
+		return Exit{Code: -1, Err: err}
 	}
+	x := Exit{Code: -1} // err is only "exit status N" now
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
 		switch {
 		case ws.Exited():

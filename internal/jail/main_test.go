@@ -11,8 +11,8 @@ import (
 // The tests in this package create real jails: they need root, the
 // seccomp build tag and a built rootfs image (`make rootfs`). Without any
 // of those they fail; they never skip. They run the image's shell and
-// coreutils: the sandbox knows nothing of what runs in it (the Python
-// runner's tests are internal/run's).
+// coreutils: the sandbox knows nothing of what runs in it (the
+// orchestration is tested in internal/run).
 
 var testEngine *Engine
 
@@ -43,6 +43,7 @@ func runTests(m *testing.M) int {
 		RunDir:         runDir,
 		CgroupName:     "jaild-jail-test-" + strconv.Itoa(os.Getpid()),
 		HostIDBase:     1_300_000_000,
+		FavorDynmods:   true, // only this package's engine: TestFavorDynmods checks it set it
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", imageDir, err)

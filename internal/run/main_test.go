@@ -54,7 +54,6 @@ func runTests(m *testing.M) int {
 		RunDir:         runDir,
 		CgroupName:     "jaild-test-" + strconv.Itoa(os.Getpid()),
 		HostIDBase:     1_200_000_000,
-		FavorDynmods:   true,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", testImage, err)

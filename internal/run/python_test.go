@@ -29,7 +29,7 @@ print(round(float(scipy.optimize.brentq(lambda x: x * x - 2, 0, 2)), 6))
 import subprocess
 print(subprocess.run(['ruff', '--version'], capture_output=True, text=True).stdout.split()[0])
 `
-	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 60 * time.Second }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 5 * time.Minute }))
 	want := "22 imported\n499500 5.0\n2.0\n1.414214\nruff\n"
 	if res.Status != StatusOK || string(res.Stdout) != want {
 		t.Errorf("status %s\nstdout %q\nwant   %q\nstderr %s", res.Status, res.Stdout, want, res.Stderr)
@@ -44,7 +44,7 @@ plt.show()
 fig = plt.figure()
 plt.bar(['a', 'b'], [3, 5])
 `
-	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 60 * time.Second }))
+	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 3 * time.Minute }))
 	if res.Status != StatusOK {
 		t.Fatalf("status %s\nstderr %s", res.Status, res.Stderr)
 	}
