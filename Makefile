@@ -32,7 +32,7 @@ APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap s
 # The Debian package and the systemd + cgroup v2 test VM.
 VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 
-.PHONY: help deps vm-deps build rootfs groups test test-host test-unit vet fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
+.PHONY: help deps vm-deps build rootfs groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -65,9 +65,22 @@ build: deps ## build bin/jaild, bin/jailctl and bin/jailbench
 rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
 	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE)
 
-vet: ## gofmt and go vet
+vet: lint ## gofmt, go vet and golangci-lint (.golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet $(BUILDFLAGS) ./...
+
+# golangci-lint, built once per version from the module proxy and kept
+# outside the checkout.
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI         := $(GO_CACHE)/tools/golangci-lint-$(GOLANGCI_VERSION)
+
+$(GOLANGCI):
+	@mkdir -p $(GO_CACHE)/tools/.build
+	GOBIN=$(GO_CACHE)/tools/.build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	mv $(GO_CACHE)/tools/.build/golangci-lint $@
+
+lint: deps $(GOLANGCI) ## the style rules of .golangci.yml: import grouping, errorlint, only internal/jail imports runc, package docs
+	$(GOLANGCI) run ./...
 
 # Every package but those that need root and real jails (internal/jail,
 # internal/run, tests, and tests/vm/guest, which runs inside the VM guest).

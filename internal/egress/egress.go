@@ -19,10 +19,11 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/allowlist"
 )
 
 // AlwaysDenied are destinations no run reaches, whatever its allowlist:

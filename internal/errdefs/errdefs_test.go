@@ -52,11 +52,11 @@ func TestFieldOf(t *testing.T) {
 
 func TestFromNameRoundTrip(t *testing.T) {
 	for _, c := range classes {
-		if got := FromName(c.class.Error()); got != c.class {
+		if got := FromName(c.class.Error()); !errors.Is(got, c.class) || !errors.Is(c.class, got) {
 			t.Errorf("FromName(%q) = %v", c.class.Error(), got)
 		}
 	}
-	if FromName("no_such_class") != ErrInternal {
+	if !errors.Is(FromName("no_such_class"), ErrInternal) {
 		t.Error("an unknown wire name is not internal")
 	}
 }
