@@ -1,6 +1,9 @@
 package seccomp
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // ProberScript is Python that runs, from inside a jail, the probes it reads
 // as JSON on stdin (ProberInput), each in a forked child (a probe that is
@@ -58,4 +61,33 @@ type ProbeOutcome struct {
 	Ret    int `json:"ret"`
 	Errno  int `json:"errno"`
 	Signal int `json:"signal"`
+}
+
+// CheckOutcomes compares ProberScript's outcomes with what the profile
+// says of each probe: EPERM-style refusals with the probe's errno, SIGSYS
+// where it says so. control returns the signal the same call gets made
+// unconfined on this host (0: none); a probe that ends by that same signal
+// in the jail was ended by the kernel before any filter saw it, which no
+// filter can change, and is excused rather than failed. It returns the
+// probes the filter did not refuse as it should, and the excused ones.
+func CheckOutcomes(probes []Probe, got []ProbeOutcome, control func(Probe) int) (failed, excused []string) {
+	const sigsys = 31
+	for _, g := range got {
+		if g.I < 0 || g.I >= len(probes) {
+			failed = append(failed, fmt.Sprintf("outcome for probe %d of %d", g.I, len(probes)))
+			continue
+		}
+		p := probes[g.I]
+		if g.Signal != 0 && g.Signal != sigsys && control(p) == g.Signal {
+			excused = append(excused, fmt.Sprintf("%s(%d): signal %d in the jail and unconfined alike: the kernel ends it before the filter", p.Name, p.Nr, g.Signal))
+			continue
+		}
+		switch {
+		case p.Sigsys && g.Signal != sigsys:
+			failed = append(failed, fmt.Sprintf("%s(%d): signal %d errno %d, want SIGSYS", p.Name, p.Nr, g.Signal, g.Errno))
+		case !p.Sigsys && (g.Ret != -1 || g.Errno != p.Errno):
+			failed = append(failed, fmt.Sprintf("%s(%d) %s: ret %d errno %d signal %d, want errno %d", p.Name, p.Nr, p.Note, g.Ret, g.Errno, g.Signal, p.Errno))
+		}
+	}
+	return failed, excused
 }
