@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,7 +31,7 @@ func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Resu
 	readers.Go(func() { stderr.Drain(p.stderrR) })
 	if p.recR != nil {
 		readers.Go(func() { records.Drain(p.recR) })
-		job, _ := json.Marshal(runner.Job{
+		job := runner.EncodeJob(runner.Job{
 			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
 			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: req.Env, Rlimits: req.Limits.RlimitsByName(),
 		})

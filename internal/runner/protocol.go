@@ -15,7 +15,10 @@ import (
 	"unicode/utf8"
 )
 
-// Job is what the runner reads from fd 3: one JSON object, then EOF.
+// Job is one job for the runner. Jobs go on fd 3 one per line (EncodeJob);
+// a job without More is the last, and the host closes fd 3 after it. After
+// a job with More the runner writes an "end" record and reads the next:
+// the user's globals, imports and files persist (see runner.py).
 type Job struct {
 	Code                string            `json:"code"`
 	Filename            string            `json:"filename"`
@@ -24,8 +27,22 @@ type Job struct {
 	MaxFigures          int               `json:"max_figures"`
 	Env                 map[string]string `json:"env,omitempty"`
 	// Rlimits are lowered by the runner in the user's process before the
-	// code runs: a warm jail was created with higher ones.
+	// code runs: a warm jail was created with higher ones. Only the first
+	// job's apply (rlimits can only be lowered).
 	Rlimits map[string][2]uint64 `json:"rlimits"`
+	// More says another job may follow this one.
+	More bool `json:"more,omitempty"`
+}
+
+// EncodeJob frames j for fd 3: one line of JSON (encoding/json escapes
+// every newline inside strings).
+func EncodeJob(j Job) []byte {
+	b, err := json.Marshal(j)
+	if err != nil {
+		// Only strings, bools, ints and maps of them: Marshal cannot fail.
+		panic("runner: encode job: " + err.Error())
+	}
+	return append(b, '\n')
 }
 
 // Capture reads a stream from the jail into memory, keeping at most Limit
@@ -96,6 +113,7 @@ type record struct {
 	Line    *json.RawMessage `json:"line"`
 	Repr    *string          `json:"repr"`
 	Signal  int              `json:"signal"`
+	Status  *int             `json:"status"`
 }
 
 // Exception is the runner's record of an uncaught exception, validated.
@@ -105,11 +123,15 @@ type Exception struct {
 	Line    int // 0 when unknown
 }
 
-// Records is what the runner reported, validated.
+// Records is what the runner reported for one job, validated.
 type Records struct {
 	Exception *Exception
 	Result    *string // repr of the last line's value (last_line_interactive)
 	Signal    int     // the user's process died by this signal, by the runner's word
+	// Ended says the runner wrote the job's "end" record (a job with
+	// More), with Status: 0, 1 for an uncaught exception.
+	Ended  bool
+	Status int
 }
 
 // ParseRecords decodes the runner's JSON-lines side channel. Its bytes come
@@ -151,6 +173,10 @@ func ParseRecords(data []byte, codeLines int) Records {
 			if r.Signal > 0 && r.Signal < 65 {
 				out.Signal = r.Signal
 			}
+		case "end":
+			if r.Status != nil && *r.Status >= 0 && *r.Status < 256 {
+				out.Ended, out.Status = true, *r.Status
+			}
 		}
 	}
 	return out
@@ -169,4 +195,37 @@ func clip(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + truncationMarker
+}
+
+// ParseJobRecords splits the records of a runner that took several jobs at
+// their "end" records and parses each job's; codeLines[i] bounds job i's
+// line numbers (the last value serves later jobs). Records after the last
+// "end" are the last job's. User code can write to fd 4 too, so a forged
+// "end" can misplace its own process's records, nothing more; every job's
+// records stay bounded by ParseRecords.
+func ParseJobRecords(data []byte, codeLines []int) []Records {
+	var out []Records
+	lines := func(i int) int {
+		if len(codeLines) == 0 {
+			return 0
+		}
+		return codeLines[min(i, len(codeLines)-1)]
+	}
+	start := 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), MaxRecordBytes)
+	pos := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		pos += len(line) + 1
+		var r record
+		if json.Unmarshal(line, &r) == nil && r.Type == "end" && r.Status != nil {
+			out = append(out, ParseRecords(data[start:min(pos, len(data))], lines(len(out))))
+			start = min(pos, len(data))
+		}
+	}
+	if start < len(data) {
+		out = append(out, ParseRecords(data[start:], lines(len(out))))
+	}
+	return out
 }

@@ -104,3 +104,56 @@ func TestCaptureSink(t *testing.T) {
 		t.Errorf("buffer %q, sink got %q, err %v", c.Buf, f.got, c.SinkErr)
 	}
 }
+
+func TestEncodeJob(t *testing.T) {
+	b := EncodeJob(Job{Code: "print('a\nb')\n", More: true})
+	if bytes.Count(b, []byte("\n")) != 1 || b[len(b)-1] != '\n' || !bytes.Contains(b, []byte(`"more":true`)) {
+		t.Errorf("frame %q", b)
+	}
+	if bytes.Contains(EncodeJob(Job{Code: "1"}), []byte("more")) {
+		t.Error("a last job says more")
+	}
+}
+
+func TestParseJobRecords(t *testing.T) {
+	data := []byte(`{"type":"result","repr":"41"}
+{"type":"end","status":0}
+{"type":"exception","exc_type":"ZeroDivisionError","message":"division by zero","line":1}
+{"type":"end","status":1}
+{"type":"end","status":"x"}
+{"type":"exception","exc_type":"E","message":"last","line":3}
+`)
+	jobs := ParseJobRecords(data, []int{1, 1, 2})
+	if len(jobs) != 3 {
+		t.Fatalf("%d jobs: %+v", len(jobs), jobs)
+	}
+	if !jobs[0].Ended || jobs[0].Status != 0 || jobs[0].Result == nil || *jobs[0].Result != "41" || jobs[0].Exception != nil {
+		t.Errorf("job 0: %+v", jobs[0])
+	}
+	if !jobs[1].Ended || jobs[1].Status != 1 || jobs[1].Exception == nil || jobs[1].Exception.Line != 1 {
+		t.Errorf("job 1: %+v", jobs[1])
+	}
+	// The last job has no end record; its line 3 is beyond its 2 lines.
+	if jobs[2].Ended || jobs[2].Exception == nil || jobs[2].Exception.Line != 0 {
+		t.Errorf("job 2: %+v", jobs[2])
+	}
+	if n := len(ParseJobRecords(nil, nil)); n != 0 {
+		t.Errorf("no records gave %d jobs", n)
+	}
+}
+
+// FuzzParseJobRecords: however the records are split, every job's are
+// bounded.
+func FuzzParseJobRecords(f *testing.F) {
+	f.Add([]byte("{\"type\":\"end\",\"status\":0}\n{\"type\":\"end\",\"status\":1}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, r := range ParseJobRecords(data, []int{5}) {
+			if e := r.Exception; e != nil && (len(e.Type) > maxExcTypeBytes || len(e.Message) > maxExcMsgBytes || e.Line > 5) {
+				t.Fatalf("unbounded %+v", e)
+			}
+			if r.Status < 0 || r.Status > 255 {
+				t.Fatalf("status %d", r.Status)
+			}
+		}
+	})
+}

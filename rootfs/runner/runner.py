@@ -1,4 +1,4 @@
-"""jaild in-jail runner: runs one job of user Python code in this process.
+"""jaild in-jail runner: runs jobs of user Python code in this process.
 
 The daemon starts it inside the jail, as a module imported from its
 directory (its bytecode is compiled into the image), under the jail's
@@ -9,11 +9,20 @@ pid 1, /opt/jaild/init (init.c):
 
 with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
 
-  fd 3  JOB, read to EOF: one JSON object
+  fd 3  JOBS: JSON objects, one per line (the last may lack its newline)
         {"code": str, "filename": "main.py", "last_line_interactive": bool,
          "figures_dir": "/jaild/figures" or null, "max_figures": 16,
-         "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...}}
-        env and rlimits are applied before the user's code.
+         "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...},
+         "more": bool}
+        env and rlimits are applied before the user's code (rlimits: the
+        first job's; they can only be lowered).  A job without "more" is
+        the last: nothing may follow it on fd 3 but EOF, and the process
+        ends as a script would after it (a single run).  After a job with
+        "more", the runner writes {"type": "end", "status": int} to fd 4
+        and reads the next job: the user's globals, imports and files
+        persist.  EOF then ends the process with status 0; a SystemExit ends
+        it as a script would; an uncaught exception (KeyboardInterrupt
+        included) is reported and ends only its job, with status 1.
         JAILD_PREIMPORT (environment, comma-separated modules, possibly
         none) marks a warm pool's jail: the runner imports those modules
         and its own lazy ones, writes {"type": "ready"} to fd 4, and waits
@@ -23,6 +32,7 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"type": "result", "repr": str, "truncated": bool}
         {"type": "figure", "name": "figure-1.png"}
         {"type": "ready"}
+        {"type": "end", "status": int}
         and, from init, {"type": "exit", "signal": int} when this process
         died by a signal.
 
@@ -48,6 +58,7 @@ import types
 JOB_FD = 3
 RECORD_FD = 4
 RESULT_REPR_LIMIT = 64 * 1024
+MAX_JOB_BYTES = 64 << 20  # one job's line on fd 3
 EXCEPTION_MESSAGE_LIMIT = 64 * 1024
 
 # build.sh (customize.sh) builds matplotlib's font cache here at image build time.
@@ -55,6 +66,7 @@ MPL_CACHE_DIR = "/opt/jaild/mplcache"
 DEFAULT_MPLCONFIGDIR = "/tmp/.matplotlib"
 
 RUNNER_FILE = __file__
+MAIN_MODULE = None  # the user's __main__, shared by the process's jobs
 
 
 class JobError(Exception):
@@ -286,12 +298,44 @@ def prepare_matplotlib(saver):
     sys.meta_path.insert(0, PyplotShowHook(saver))
 
 
-def read_job():
+def read_jobs():
+    """Yield the jobs on fd 3, parsed, one per line; a job without "more"
+    must be followed by EOF. Raises JobError on a malformed stream. fd 3 is
+    closed before the last job runs; while a job with "more" runs it stays
+    open (not inheritable) for the next one."""
     try:
-        with open(JOB_FD, "rb") as f:
-            raw = f.read()
+        f = open(JOB_FD, "rb")
+        os.set_inheritable(JOB_FD, False)
     except OSError as exc:
         raise JobError(f"cannot read fd {JOB_FD}: {exc}") from None
+    try:
+        while True:
+            try:
+                raw = f.readline(MAX_JOB_BYTES + 1)
+            except OSError as exc:
+                raise JobError(f"cannot read fd {JOB_FD}: {exc}") from None
+            if len(raw) > MAX_JOB_BYTES:
+                raise JobError(f"a job is larger than {MAX_JOB_BYTES} bytes")
+            if not raw:
+                return
+            job = parse_job(raw[:-1] if raw.endswith(b"\n") else raw)
+            if job.more:
+                yield job
+                continue
+            try:
+                rest = f.read(1)
+            except OSError as exc:
+                raise JobError(f"cannot read fd {JOB_FD}: {exc}") from None
+            if rest:
+                raise JobError("data after the last job")
+            f.close()
+            yield job
+            return
+    finally:
+        f.close()
+
+
+def parse_job(raw):
     try:
         job = json_loads(raw)
     except ValueError as exc:
@@ -322,6 +366,7 @@ def read_job():
         last_line_interactive=field("last_line_interactive", (bool,), False),
         figures_dir=field("figures_dir", (str, type(None)), None),
         max_figures=field("max_figures", (int,), 16),
+        more=field("more", (bool,), False),
     )
     if not parsed.filename or "\0" in parsed.filename:
         raise JobError(f"bad 'filename': {parsed.filename!r}")
@@ -386,6 +431,8 @@ def install_excepthook_filter():
     import traceback
 
     user_hook = sys.excepthook
+    if getattr(user_hook, "jaild_filter", False):
+        return  # installed by an earlier job
 
     def excepthook(exc_type, exc, tb):
         tb = strip_runner_frames(tb)
@@ -399,6 +446,7 @@ def install_excepthook_filter():
             exc.__traceback__ = tb
         user_hook(exc_type, exc, tb)
 
+    excepthook.jaild_filter = True
     sys.excepthook = excepthook
 
 
@@ -410,16 +458,22 @@ def run(job, records, saver):
     # mtime None: linecache keeps the entry although no such file exists.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
-    module = types.ModuleType("__main__")
+    # One __main__ for every job of the process: a later job sees what the
+    # earlier ones defined and imported.
+    global MAIN_MODULE
+    module = MAIN_MODULE
+    if module is None:
+        module = MAIN_MODULE = types.ModuleType("__main__")
+        module.__builtins__ = builtins
     module.__file__ = filename
-    module.__builtins__ = builtins
     sys.modules["__main__"] = module
     sys.argv = [filename]
     # Imports resolve from the workspace, as they would from a script's dir.
+    cwd = os.getcwd()
     if sys.path and sys.path[0] == os.path.dirname(RUNNER_FILE):
-        sys.path[0] = os.getcwd()
-    else:
-        sys.path.insert(0, os.getcwd())
+        sys.path[0] = cwd
+    elif not sys.path or sys.path[0] != cwd:
+        sys.path.insert(0, cwd)
 
     try:
         body, last = compile_job(source, filename, job.last_line_interactive)
@@ -535,6 +589,7 @@ def shutdown():
     The teardown itself is skipped (see exit_process): in a warm jail it
     would walk every object of the pre-imports (tens of ms for numpy,
     pandas and pyplot), and the process ends with the jail anyway."""
+    global MAIN_MODULE
     threading = sys.modules.get("threading")
     if threading is not None:
         try:
@@ -550,6 +605,7 @@ def shutdown():
     flush_files()
     # The user's module goes as it would at interpreter exit: collected
     # whole, so that finalizers run while its globals are still there.
+    MAIN_MODULE = None
     sys.modules.pop("__main__", None)
     # The user's objects only: what came before is frozen (main).
     gc.collect()
@@ -634,24 +690,44 @@ def report_unraisable(exc, message):
 
 
 def run_user_process(records, saver):
-    """In the user's process: read the job, apply its limits, run it, and
-    leave the way a script would. Never returns."""
-    status, interrupted = 0, False
-    try:
-        job = read_job()
-    except JobError as exc:
-        print(f"jaild runner: bad job: {exc}", file=sys.stderr, flush=True)
-        os._exit(2)
-    try:
-        apply_job_limits(job)
-    except (OSError, ValueError, AttributeError) as exc:
-        print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
-        os._exit(2)
-    saver.configure(job.figures_dir, job.max_figures)
+    """In the user's process: read the jobs, apply the first one's limits,
+    run them in order, and leave the way a script would. Never returns."""
+    jobs = read_jobs()
+    first = True
+    while True:
+        try:
+            job = next(jobs, None)
+        except JobError as exc:
+            print(f"jaild runner: bad job: {exc}", file=sys.stderr, flush=True)
+            os._exit(2)
+        if job is None:
+            if first:
+                print("jaild runner: bad job: no job on fd 3", file=sys.stderr, flush=True)
+                os._exit(2)
+            finish(0, False)
+        try:
+            if first:
+                apply_job_limits(job)
+            else:
+                os.environ.update(job.env)
+        except (OSError, ValueError, AttributeError) as exc:
+            print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
+            os._exit(2)
+        first = False
+        saver.configure(job.figures_dir, job.max_figures)
+        status, interrupted, exited = run_and_report(job, records, saver)
+        if exited or not job.more:
+            finish(status, interrupted)
+        records.emit({"type": "end", "status": status})
+
+
+def run_and_report(job, records, saver):
+    """Run one job; report an uncaught exception as the interpreter would.
+    Returns (status, interrupted by KeyboardInterrupt, ended by SystemExit)."""
     try:
         run(job, records, saver)
     except SystemExit as exc:
-        status = exit_status(exc)
+        return exit_status(exc), False, True
     except BaseException as exc:
         # As the interpreter reports an uncaught exception (run() installed
         # the hook that drops the runner's frames).
@@ -667,7 +743,16 @@ def run_user_process(records, saver):
                 traceback.print_exception(type(exc), exc, strip_runner_frames(exc.__traceback__))
             except BaseException:
                 pass
-        status, interrupted = 1, isinstance(exc, KeyboardInterrupt)
+        try:
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        return 1, isinstance(exc, KeyboardInterrupt), False
+    return 0, False, False
+
+
+def finish(status, interrupted):
+    """Leave as the interpreter would after the last job. Never returns."""
     if not shutdown():
         status = 120
     if interrupted:

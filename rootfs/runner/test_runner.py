@@ -500,6 +500,70 @@ def load_runner_module():
     return module
 
 
+class TestManyJobs(RunnerTestCase):
+    """Jobs with "more" run in order in one process, each ended by an "end"
+    record; the last job (or EOF) ends the process as a script would."""
+
+    def jobs(self, *specs):
+        lines = []
+        for code, more in specs:
+            job = {"code": code, "filename": "main.py", "last_line_interactive": False,
+                   "figures_dir": self.figures, "max_figures": 16}
+            if more:
+                job["more"] = True
+            lines.append(json.dumps(job))
+        return "\n".join(lines).encode()
+
+    def test_jobs_share_globals_and_imports(self):
+        r = self.run_job("", raw_job=self.jobs(("import math\nx = 41", True), ("print(x + 1, math.pi > 3)", False)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "42 True\n")
+        self.assertEqual(r.of_type("end"), [{"type": "end", "status": 0}])
+
+    def test_exception_ends_only_its_job(self):
+        r = self.run_job("", raw_job=self.jobs(("1/0", True), ("raise KeyboardInterrupt", True), ("print('alive')", False)))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "alive\n")
+        self.assertEqual([e["status"] for e in r.of_type("end")], [1, 1])
+        self.assertEqual([e["exc_type"] for e in r.of_type("exception")], ["ZeroDivisionError", "KeyboardInterrupt"])
+        self.assertIn("ZeroDivisionError", r.stderr)
+        self.assertNoRunnerFrames(r.stderr)
+        # The exception record of a job comes before its end record.
+        kinds = [rec["type"] for rec in r.records]
+        self.assertEqual(kinds, ["exception", "end", "exception", "end"])
+
+    def test_sys_exit_ends_the_process(self):
+        r = self.run_job("", raw_job=self.jobs(("print('one')", True), ("raise SystemExit(3)", True), ("print('never')", False)))
+        self.assertEqual(r.returncode, 3)
+        self.assertEqual(r.stdout, "one\n")
+        self.assertEqual(len(r.of_type("end")), 1)
+
+    def test_eof_after_a_job_with_more(self):
+        r = self.run_job("", raw_job=self.jobs(("print('only')", True)) + b"\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "only\n")
+        self.assertEqual(len(r.of_type("end")), 1)
+
+    def test_nothing_may_follow_the_last_job(self):
+        for raw in (self.jobs(("print(1)", False)) + b"\n{}", self.jobs(("print(1)", False), ("print(2)", False))):
+            with self.subTest(raw=raw):
+                r = self.run_job("", raw_job=raw)
+                self.assertEqual(r.returncode, 2)
+                self.assertIn("bad job", r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def test_a_single_job_with_a_newline(self):
+        r = self.run_job("", raw_job=self.jobs(("print('hi')", False)) + b"\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "hi\n")
+        self.assertEqual(r.records, [])
+
+    def test_no_job(self):
+        r = self.run_job("", raw_job=b"")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no job", r.stderr)
+
+
 class TestCodec(unittest.TestCase):
     """The runner reads the job and writes records without the json module
     (see json_codec); what it reads and writes must be json's."""
