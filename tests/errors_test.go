@@ -64,7 +64,7 @@ func TestLimitAboveMaximum(t *testing.T) {
 	// Root is an admin: its maxima are admin_max_limits. Above those, no one passes.
 	var e api.ErrorBody
 	status, _ := shared.call(t, "POST", "/v1/execute", `{"code":"1","limits":{"memory_mb":999999}}`, &e)
-	if status != 400 || !strings.Contains(e.Error.Message, "limits.memory_mb=999999 is above the maximum of 16384") {
+	if status != 400 || !strings.Contains(e.Error.Message, "limits.memory_mb: 999999 is above the maximum of 16384") {
 		t.Errorf("HTTP %d %+v", status, e.Error)
 	}
 }

@@ -285,7 +285,7 @@ print(json.dumps({'mode': oct(os.stat('out/x').st_mode & 0o7777), 'workspace': f
 		pathCase("A09f", "files-in path of 10,000 characters", `{"code":"1","files":[{"path":"`+strings.Repeat("x", 10000)+`","content_b64":"eA=="}]}`, "files[0].path"),
 		pathCase("A09g", "files-in duplicate paths", `{"code":"1","files":[{"path":"a","content_b64":"eA=="},{"path":"a","content_b64":"eQ=="}]}`, "files[1].path"),
 		pathCase("A09h", "files-in path 33 components deep", `{"code":"1","files":[{"path":"`+strings.Repeat("a/", 32)+`a","content_b64":""}]}`, "files[0].path"),
-		pathCase("A09i", "1001 files-in entries", `{"code":"1","files":[`+strings.Repeat(`{"path":"x","content_b64":""},`, 1000)+`{"path":"y","content_b64":""}]}`, "files has 1001 entries"),
+		pathCase("A09i", "1001 files-in entries", `{"code":"1","files":[`+strings.Repeat(`{"path":"x","content_b64":""},`, 1000)+`{"path":"y","content_b64":""}]}`, "files: has 1001 entries"),
 		pathCase("A10a", "requested output path ../../etc/shadow", `{"code":"1","return_files":["../../etc/shadow"]}`, "return_files[0]"),
 		pathCase("A10b", "requested output path /proc/self/environ", `{"code":"1","return_files":["/proc/self/environ"]}`, "return_files[0]"),
 		pathCase("A10c", "requested output pattern **/../../etc", `{"code":"1","return_files":["**/../../etc"]}`, "return_files[0]"),

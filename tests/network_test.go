@@ -382,7 +382,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 			status int
 			has    string
 		}{
-			{map[string]any{"network": "wifi"}, 400, `network must be "none" or "internet"`},
+			{map[string]any{"network": "wifi"}, 400, `network: must be "none" or "internet"`},
 			{map[string]any{"allow_hosts": []string{"api.test"}}, 400, `allow_hosts needs "network": "internet"`},
 			{map[string]any{"network": "internet", "allow_hosts": []string{"2001:db8::1"}}, 400, "IPv6"},
 			{map[string]any{"network": "internet", "allow_hosts": []string{"exa mple"}}, 400, "allow_hosts"},

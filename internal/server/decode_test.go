@@ -41,7 +41,7 @@ func TestLimitsResolution(t *testing.T) {
 		t.Fatalf("at the maximum: %v", err)
 	}
 	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":2049}}`, user); !errors.Is(err, errdefs.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "limits.memory_mb=2049 is above the maximum of 2048") {
+		!strings.Contains(err.Error(), "limits.memory_mb: 2049 is above the maximum of 2048") {
 		t.Errorf("above the caller maximum: %v", err)
 	}
 	if _, err := decodeExecute(s, `{"code":"1","limits":{"memory_mb":4096}}`, admin); err != nil {

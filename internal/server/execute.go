@@ -86,13 +86,13 @@ func invalid(format string, args ...any) error {
 // jailRequest validates an execute request into the engine's typed form.
 func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*run.Request, error) {
 	if req.Code == "" {
-		return nil, invalid("code is required and must not be empty")
+		return nil, errdefs.Field("code", "is required and must not be empty")
 	}
 	if len(req.Code) > maxCodeBytes {
-		return nil, invalid("code is %d bytes; the maximum is %d", len(req.Code), maxCodeBytes)
+		return nil, errdefs.Field("code", "is %d bytes; the maximum is %d", len(req.Code), maxCodeBytes)
 	}
 	if strings.IndexByte(req.Code, 0) >= 0 {
-		return nil, invalid("code contains a NUL byte")
+		return nil, errdefs.Field("code", "contains a NUL byte")
 	}
 	limits, err := s.limits(req.Limits, who)
 	if err != nil {
@@ -101,12 +101,12 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	jr := &run.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits}
 	if req.Stdin != nil {
 		if len(*req.Stdin) > maxStdinBytes {
-			return nil, invalid("stdin is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
+			return nil, errdefs.Field("stdin", "is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
 		}
 		jr.Stdin = []byte(*req.Stdin)
 	}
 	if len(req.Files) > run.MaxFiles {
-		return nil, invalid("files has %d entries; the maximum is %d", len(req.Files), run.MaxFiles)
+		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(req.Files), run.MaxFiles)
 	}
 	seen := map[string]bool{}
 	var total int64
@@ -115,21 +115,21 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
 		}
 		if seen[f.Path] {
-			return nil, invalid("files[%d].path: duplicate path %q", i, f.Path)
+			return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "duplicate path %q", f.Path)
 		}
 		seen[f.Path] = true
 		data, err := base64.StdEncoding.DecodeString(f.ContentB64)
 		if err != nil {
-			return nil, invalid("files[%d].content_b64: not valid standard base64: %v", i, err)
+			return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
 		}
 		total += int64(len(data))
 		if total > limits.WorkspaceBytes {
-			return nil, invalid("files: %d bytes in total, more than the workspace size of %d bytes", total, limits.WorkspaceBytes)
+			return nil, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, limits.WorkspaceBytes)
 		}
 		jr.Files = append(jr.Files, run.File{Path: f.Path, Data: data})
 	}
 	if len(req.ReturnFiles) > run.MaxPatterns {
-		return nil, invalid("return_files has %d entries; the maximum is %d", len(req.ReturnFiles), run.MaxPatterns)
+		return nil, errdefs.Field("return_files", "has %d entries; the maximum is %d", len(req.ReturnFiles), run.MaxPatterns)
 	}
 	for i, p := range req.ReturnFiles {
 		if err := workspace.ValidatePattern(p); err != nil {
@@ -157,7 +157,7 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 		return nil, nil
 	case api.NetworkInternet:
 	default:
-		return nil, invalid(`network must be "none" or "internet", got %q`, req.Network)
+		return nil, errdefs.Field("network", `must be "none" or "internet", got %q`, req.Network)
 	}
 	pol := s.cfg.Network
 	if !pol.Enabled {
@@ -172,7 +172,7 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 	}
 	allow, err := allowlist.ParseList(list)
 	if err != nil {
-		return nil, invalid("allow_hosts: %v", err)
+		return nil, errdefs.Field("allow_hosts", "%v", err)
 	}
 	if len(pol.AllowHosts) > 0 && !who.Admin {
 		ceiling, _ := allowlist.ParseList(pol.AllowHosts) // validated with the config
@@ -212,9 +212,9 @@ func (s *Server) limits(in *api.Limits, who admission.Caller) (jail.Limits, erro
 			}
 			switch {
 			case *f.req < 1:
-				return jail.Limits{}, invalid("limits.%s must be at least 1, got %d", f.name, *f.req)
+				return jail.Limits{}, errdefs.Field("limits."+f.name, "must be at least 1, got %d", *f.req)
 			case *f.req > *f.max:
-				return jail.Limits{}, invalid("limits.%s=%d is above the maximum of %d for this caller", f.name, *f.req, *f.max)
+				return jail.Limits{}, errdefs.Field("limits."+f.name, "%d is above the maximum of %d for this caller", *f.req, *f.max)
 			}
 			*f.dst = *f.req
 		}

@@ -134,17 +134,17 @@ func TestExecuteValidation(t *testing.T) {
 	for _, tc := range []struct {
 		body, field, inMsg string
 	}{
-		{`{}`, "", "code is required"},
+		{`{}`, "code", "is required"},
 		{`{"code":"1","files":[{"path":"../x","content_b64":""}]}`, "files[0].path", "contains .."},
-		{`{"code":"1","files":[{"path":"a","content_b64":"!"}]}`, "", "files[0].content_b64"},
+		{`{"code":"1","files":[{"path":"a","content_b64":"!"}]}`, "files[0].content_b64", "base64"},
 		{`{"code":"1","return_files":["a/[x"]}`, "return_files[0]", "bad glob"},
 		{`{"code":"1","env":{"LD_PRELOAD":"x"}}`, "env", "LD_PRELOAD"},
-		{`{"code":"1","limits":{"memory_mb":999999}}`, "", "memory_mb"},
+		{`{"code":"1","limits":{"memory_mb":999999}}`, "limits.memory_mb", "above the maximum"},
 		{`{"code":"1","limits":{"timeout_ms":"x"}}`, "", "limits.timeout_ms"},
 		{`{"code":"1","bogus":1}`, "", "bogus"},
 		{`{"code":"1"} {}`, "", "trailing data"},
 		{`{"code":`, "", "truncated"},
-		{`{"code":"1","network":"moon"}`, "", "network"},
+		{`{"code":"1","network":"moon"}`, "network", "moon"},
 	} {
 		status, _, e := raw(t, h, "POST", "/v1/execute", "application/json", tc.body)
 		if status != 400 || e.Type != "invalid_argument" || e.Field != tc.field || !strings.Contains(e.Message, tc.inMsg) {

@@ -24,10 +24,10 @@ func (s *Server) ruffLimits() jail.Limits {
 
 func checkCode(code string) error {
 	if len(code) > maxCodeBytes {
-		return invalid("code is %d bytes; the maximum is %d", len(code), maxCodeBytes)
+		return errdefs.Field("code", "is %d bytes; the maximum is %d", len(code), maxCodeBytes)
 	}
 	if strings.IndexByte(code, 0) >= 0 {
-		return invalid("code contains a NUL byte")
+		return errdefs.Field("code", "contains a NUL byte")
 	}
 	return nil
 }
