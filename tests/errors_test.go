@@ -116,7 +116,7 @@ func TestQuotaForNonRoot(t *testing.T) {
 	var codes []int
 	for range 5 {
 		cmd := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", shared.socket,
-			"http://jaild/v1/execute", "-d", `{"code":"print(1)"}`)
+			"http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)"}`)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
 		if err != nil {

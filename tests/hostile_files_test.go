@@ -182,7 +182,8 @@ func fileCases() []hcase {
 		{id: "A06", cat: catFiles, title: "hostile file names: invalid UTF-8, newline, leading dash, 255 bytes, RTL override",
 			expect: "every name comes back as a well-formed JSON string (or the file is rejected); no decoding crash, no JSON or log injection",
 			code:   "for n in (b'\\xc3.txt', b'a\\nb.txt', b'-rf', b'x' * 255, b'..\\xe2\\x80\\xae.txt'):\n    open(n, 'wb').write(b'1')\n",
-			req:    map[string]any{"return_files": []string{"*"}},
+			// "*" skips names that start with a dot, as a shell does.
+			req: map[string]any{"return_files": []string{"*", ".*"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				m := filesByPath(r)
