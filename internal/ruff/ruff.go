@@ -88,7 +88,7 @@ type location struct {
 }
 
 // SyntaxErrorCode is the code of a diagnostic ruff reports without one (a
-// syntax error, in older ruff).
+// syntax error, in older ruff), or with an empty one.
 const SyntaxErrorCode = "invalid-syntax"
 
 // Diagnostics parses ruff check's JSON output (ruff ran in a jail, on the
@@ -108,7 +108,7 @@ func Diagnostics(out []byte) ([]api.Diagnostic, error) {
 			EndLocation: api.Location{Line: d.EndLocation.Row, Column: d.EndLocation.Column},
 			Fixable:     d.Fix != nil && d.Fix.Applicability == "safe",
 		}
-		if d.Code != nil {
+		if d.Code != nil && *d.Code != "" {
 			ad.Code = *d.Code
 		}
 		// A syntax error has no rule page (ruff fills in a stale URL).

@@ -54,6 +54,10 @@ func TestDiagnostics(t *testing.T) {
 	if d[2].Fixable {
 		t.Errorf("an unsafe fix is not fixable: %+v", d[2])
 	}
+	// Found by FuzzDiagnostics: an empty code is no code.
+	if d, err := Diagnostics([]byte(`[{"code":""}]`)); err != nil || len(d) != 1 || d[0].Code != SyntaxErrorCode {
+		t.Errorf("empty code: %+v %v", d, err)
+	}
 	if _, err := Diagnostics([]byte("error: no")); err == nil {
 		t.Error("non-JSON output accepted")
 	}
