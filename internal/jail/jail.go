@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/egress"
@@ -228,6 +229,71 @@ func (j *Jail) Start(p Process) error {
 	j.mu.Unlock()
 	return nil
 }
+
+// Proc is a further process started in a live jail by Exec.
+type Proc struct {
+	done chan struct{}
+	exit Exit
+}
+
+// Done is closed when the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Exit is how the process ended; valid once Done is closed.
+func (p *Proc) Exit() Exit {
+	<-p.done
+	return p.exit
+}
+
+// Exec starts a further process in the started jail, as runc exec does:
+// in the jail's namespaces and cgroups, as UID:GID in WorkspaceDir, with
+// the jail's rlimits, and (like the first process) no capabilities and
+// no_new_privs. It ends with the jail at the latest.
+func (j *Jail) Exec(p Process) (*Proc, error) {
+	j.mu.Lock()
+	started, l := j.started, j.limits
+	j.mu.Unlock()
+	if !started {
+		return nil, fmt.Errorf("jail %s: Exec before Start", j.id)
+	}
+	select {
+	case <-j.done:
+		return nil, fmt.Errorf("jail %s: its first process has ended", j.id)
+	default:
+	}
+	proc := &libcontainer.Process{
+		Args:            p.Args,
+		Env:             p.Env,
+		UID:             UID,
+		GID:             GID,
+		Cwd:             WorkspaceDir,
+		ExtraFiles:      p.ExtraFiles,
+		Rlimits:         rlimits(l),
+		NoNewPrivileges: ptr(true),
+		Capabilities:    &configs.Capabilities{},
+	}
+	if p.Stdin != nil {
+		proc.Stdin = p.Stdin
+	}
+	if p.Stdout != nil {
+		proc.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		proc.Stderr = p.Stderr
+	}
+	if err := j.c.Run(proc); err != nil {
+		return nil, fmt.Errorf("exec in jail: %w", err)
+	}
+	pr := &Proc{done: make(chan struct{})}
+	go func() {
+		ps, err := proc.Wait()
+		pr.exit = exitOf(ps, err)
+		close(pr.done)
+	}()
+	return pr, nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func exitOf(ps *os.ProcessState, err error) Exit {
 	if ps == nil {

@@ -260,3 +260,56 @@ func jailProcessCount(j *Jail) int {
 	}
 	return n
 }
+
+// Exec starts a further process in a live jail: same pid namespace, same
+// user, the same filter and no privileges; it ends on its own or with the
+// jail, and a jail whose first process ended takes no more.
+func TestJailExec(t *testing.T) {
+	j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Destroy()
+	if _, err := j.Exec(Process{Args: []string{"/bin/true"}}); err == nil {
+		t.Error("Exec before Start was accepted")
+	}
+	if err := j.Start(Process{Args: []string{"/bin/sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, _ := os.Pipe()
+	defer outR.Close()
+	p, err := j.Exec(Process{Args: []string{"/bin/sh", "-c",
+		`id -u; tr '\0' ' ' < /proc/1/cmdline; echo; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; exit 5`}, Stdout: outW, Stderr: outW})
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(io.LimitReader(outR, 1<<20))
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exec'd process did not end")
+	}
+	if x := p.Exit(); x.Code != 5 {
+		t.Errorf("exit %+v, want 5", x)
+	}
+	want := "1000\n/bin/sleep 1000 \nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"
+	if string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	// A process left running dies with the jail.
+	long, err := j.Exec(Process{Args: []string{"/bin/sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Kill()
+	<-j.Done()
+	select {
+	case <-long.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("an exec'd process outlived the jail's first one")
+	}
+	if _, err := j.Exec(Process{Args: []string{"/bin/true"}}); err == nil {
+		t.Error("Exec after the first process ended was accepted")
+	}
+}

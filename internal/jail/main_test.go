@@ -42,8 +42,8 @@ func runTests(m *testing.M) int {
 		SeccompProfile: profile,
 		RunDir:         runDir,
 		CgroupName:     "jaild-jail-test-" + strconv.Itoa(os.Getpid()),
-		HostIDBase:     1_300_000_000,
-		FavorDynmods:   true, // only this package's engine: TestFavorDynmods checks it set it
+		HostIDBase:     1_500_000_000, // apart from internal/run (1.2e9) and tests/ (1.3e9), which may run at once
+		FavorDynmods:   true,          // only this package's engine: TestFavorDynmods checks it set it
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", imageDir, err)
