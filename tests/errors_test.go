@@ -69,6 +69,30 @@ func TestLimitAboveMaximum(t *testing.T) {
 	}
 }
 
+// checkBurst checks the answers to a burst of runs where run i prints i:
+// each is 200 with i on stdout, or 503 busy with Retry-After. It returns
+// how many of each.
+func checkBurst(t *testing.T, statuses []int, bodies []api.ExecuteResponse, retry []string) (ok, busy int) {
+	t.Helper()
+	for i, st := range statuses {
+		switch st {
+		case 200:
+			ok++
+			if bodies[i].Status != "ok" || bodies[i].Stdout != strconv.Itoa(i)+"\n" {
+				t.Errorf("accepted run %d: %+v", i, bodies[i])
+			}
+		case 503:
+			busy++
+			if retry[i] == "" {
+				t.Errorf("request %d: 503 without Retry-After", i)
+			}
+		default:
+			t.Errorf("request %d: HTTP %d", i, st)
+		}
+	}
+	return ok, busy
+}
+
 // A burst beyond capacity (2 running + 2 queued) gets 503 with Retry-After;
 // every accepted run completes correctly.
 func TestBurstBeyondCapacity(t *testing.T) {
@@ -88,23 +112,7 @@ func TestBurstBeyondCapacity(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	ok, busy := 0, 0
-	for i, st := range statuses {
-		switch st {
-		case 200:
-			ok++
-			if bodies[i].Status != "ok" || bodies[i].Stdout != strconv.Itoa(i)+"\n" {
-				t.Errorf("accepted run %d: %+v", i, bodies[i])
-			}
-		case 503:
-			busy++
-			if retry[i] == "" {
-				t.Errorf("503 without Retry-After")
-			}
-		default:
-			t.Errorf("request %d: HTTP %d", i, st)
-		}
-	}
+	ok, busy := checkBurst(t, statuses, bodies, retry)
 	if busy == 0 || ok < 2 {
 		t.Errorf("%d ok, %d busy: want some of each", ok, busy)
 	}

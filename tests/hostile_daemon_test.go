@@ -611,23 +611,7 @@ func runBurst(t *testing.T, h *hostile) string {
 	wg.Wait()
 	close(stop)
 	client.CloseIdleConnections()
-	ok, busy := 0, 0
-	for i, st := range statuses {
-		switch st {
-		case 200:
-			ok++
-			if bodies[i].Status != "ok" || bodies[i].Stdout != strconv.Itoa(i)+"\n" {
-				t.Errorf("accepted run %d: %+v", i, bodies[i])
-			}
-		case 503:
-			busy++
-			if retry[i] == "" {
-				t.Errorf("request %d: 503 without Retry-After", i)
-			}
-		default:
-			t.Errorf("request %d: HTTP %d", i, st)
-		}
-	}
+	ok, busy := checkBurst(t, statuses, bodies, retry)
 	if ok < 2 || ok > 4+4 || busy != n-ok || maxRunning.Load() > 2 {
 		t.Errorf("%d ok, %d busy, at most %d running at once", ok, busy, maxRunning.Load())
 	}
