@@ -214,6 +214,7 @@ func TestJailLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer j.Destroy() // a jail left alive would hold the engine's Close forever
 	if err := j.Start(Process{Args: []string{"/bin/true"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +228,11 @@ func TestJailLifecycle(t *testing.T) {
 		t.Errorf("left after Destroy: %v", left)
 	}
 	// A jail destroyed before it started leaves nothing either.
-	j, err = testEngine.Create(Spec{Limits: DefaultLimits()})
+	j2, err := testEngine.Create(Spec{Limits: DefaultLimits()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Destroy()
+	j2.Destroy()
 	if left := testEngine.Leftovers(); len(left) != 0 {
 		t.Errorf("left after destroying an unstarted jail: %v", left)
 	}
