@@ -190,26 +190,8 @@ func (j *Jail) Start(p Process) error {
 	j.started = true
 	l := j.limits
 	j.mu.Unlock()
-	proc := &libcontainer.Process{
-		Args:       p.Args,
-		Env:        p.Env,
-		UID:        UID,
-		GID:        GID,
-		Cwd:        WorkspaceDir,
-		ExtraFiles: p.ExtraFiles,
-		Rlimits:    rlimits(l),
-		Init:       true,
-	}
-	// A nil *os.File in an io.Reader would not be a nil interface.
-	if p.Stdin != nil {
-		proc.Stdin = p.Stdin
-	}
-	if p.Stdout != nil {
-		proc.Stdout = p.Stdout
-	}
-	if p.Stderr != nil {
-		proc.Stderr = p.Stderr
-	}
+	proc := p.process(l)
+	proc.Init = true
 	if err := j.c.Run(proc); err != nil {
 		j.exit = Exit{Code: -1, Err: err}
 		close(j.done)
@@ -261,26 +243,9 @@ func (j *Jail) Exec(p Process) (*Proc, error) {
 		return nil, fmt.Errorf("jail %s: its first process has ended", j.id)
 	default:
 	}
-	proc := &libcontainer.Process{
-		Args:            p.Args,
-		Env:             p.Env,
-		UID:             UID,
-		GID:             GID,
-		Cwd:             WorkspaceDir,
-		ExtraFiles:      p.ExtraFiles,
-		Rlimits:         rlimits(l),
-		NoNewPrivileges: ptr(true),
-		Capabilities:    &configs.Capabilities{},
-	}
-	if p.Stdin != nil {
-		proc.Stdin = p.Stdin
-	}
-	if p.Stdout != nil {
-		proc.Stdout = p.Stdout
-	}
-	if p.Stderr != nil {
-		proc.Stderr = p.Stderr
-	}
+	proc := p.process(l)
+	proc.NoNewPrivileges = ptr(true)
+	proc.Capabilities = &configs.Capabilities{}
 	if err := j.c.Run(proc); err != nil {
 		return nil, fmt.Errorf("exec in jail: %w", err)
 	}
@@ -294,6 +259,31 @@ func (j *Jail) Exec(p Process) (*Proc, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// process is p in libcontainer's form, as UID:GID in WorkspaceDir with
+// the rlimits of l.
+func (p Process) process(l Limits) *libcontainer.Process {
+	proc := &libcontainer.Process{
+		Args:       p.Args,
+		Env:        p.Env,
+		UID:        UID,
+		GID:        GID,
+		Cwd:        WorkspaceDir,
+		ExtraFiles: p.ExtraFiles,
+		Rlimits:    rlimits(l),
+	}
+	// A nil *os.File in an io.Reader would not be a nil interface.
+	if p.Stdin != nil {
+		proc.Stdin = p.Stdin
+	}
+	if p.Stdout != nil {
+		proc.Stdout = p.Stdout
+	}
+	if p.Stderr != nil {
+		proc.Stderr = p.Stderr
+	}
+	return proc
+}
 
 func exitOf(ps *os.ProcessState, err error) Exit {
 	if ps == nil {
