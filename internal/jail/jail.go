@@ -350,9 +350,6 @@ type Stats struct {
 	// since Resize where the kernel can reset it.
 	PeakMemoryBytes uint64
 	OOMKills        uint64 // processes the OOM killer ended in the jail
-	// AnonMemoryBytes is the jail's anonymous memory now (not file pages,
-	// which are shared and reclaimable).
-	AnonMemoryBytes uint64
 }
 
 // Stats reads the jail's counters straight from its cgroup files (cheaper
@@ -367,6 +364,14 @@ func (j *Jail) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// AnonMemoryBytes is the jail's anonymous memory now (not file pages,
+// which are shared and reclaimable); 0 before Start.
+func (j *Jail) AnonMemoryBytes() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return anonMemory(j.cgroups)
 }
 
 // NetworkUsage is the jail's traffic; nil without egress.

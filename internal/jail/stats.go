@@ -12,9 +12,8 @@ import (
 	"github.com/opencontainers/cgroups"
 )
 
-// readCgroupStats reads CPU time, peak and anonymous memory and the
-// OOM-kill count from a jail's cgroup files. A jail without cgroups (not
-// started) reads as zeros.
+// readCgroupStats reads CPU time, peak memory and the OOM-kill count from a
+// jail's cgroup files. A jail without cgroups (not started) reads as zeros.
 func readCgroupStats(paths map[string]string) Stats {
 	var st Stats
 	if len(paths) == 0 {
@@ -24,14 +23,23 @@ func readCgroupStats(paths map[string]string) Stats {
 		st.CPU = time.Duration(keyed(filepath.Join(dir, "cpu.stat"), "usage_usec")) * time.Microsecond
 		st.PeakMemoryBytes = single(filepath.Join(dir, "memory.peak"))
 		st.OOMKills = keyed(filepath.Join(dir, "memory.events"), "oom_kill")
-		st.AnonMemoryBytes = keyed(filepath.Join(dir, "memory.stat"), "anon")
 		return st
 	}
 	st.CPU = time.Duration(single(filepath.Join(paths["cpuacct"], "cpuacct.usage")))
 	st.PeakMemoryBytes = single(filepath.Join(paths["memory"], "memory.max_usage_in_bytes"))
 	st.OOMKills = keyed(filepath.Join(paths["memory"], "memory.oom_control"), "oom_kill")
-	st.AnonMemoryBytes = keyed(filepath.Join(paths["memory"], "memory.stat"), "rss")
 	return st
+}
+
+// anonMemory reads a jail's anonymous memory from memory.stat.
+func anonMemory(paths map[string]string) uint64 {
+	if len(paths) == 0 {
+		return 0
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		return keyed(filepath.Join(paths[""], "memory.stat"), "anon")
+	}
+	return keyed(filepath.Join(paths["memory"], "memory.stat"), "rss")
 }
 
 func single(path string) uint64 {

@@ -65,10 +65,7 @@ wait:
 	if ended.Err != nil {
 		s.log.Error("wait for jail", "id", j.ID(), "err", ended.Err)
 	}
-	res.ExitCode, res.Signal = ended.Code, ended.Signal
-	if ended.Signal != 0 {
-		res.ExitCode = -1
-	}
+	res.ExitCode, res.Signal = ended.Code, ended.Signal // Code is -1 after a signal
 
 	// The run is over when its cgroup is empty, not when its first process
 	// exits. The kernel kills and reaps the rest of the pid namespace

@@ -75,20 +75,20 @@ var allowedPython = map[string]bool{
 // values have no NUL; count and sizes are bounded.
 func ValidateEnv(env map[string]string) error {
 	if len(env) > MaxEnvVars {
-		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d env variables", MaxEnvVars)
+		return errdefs.Field("env", "at most %d variables", MaxEnvVars)
 	}
 	for k, v := range env {
 		switch {
 		case len(k) > MaxEnvNameBytes || !envName.MatchString(k):
-			return errdefs.New(errdefs.ErrInvalidArgument, "env name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
+			return errdefs.Field("env", "name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
 		case reservedEnv[k]:
-			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is set by jaild and cannot be overridden", k)
+			return errdefs.Field("env", "%s is set by jaild and cannot be overridden", k)
 		case strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "_LIBCONTAINER") || strings.HasPrefix(k, "JAILD_"):
-			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is not allowed", k)
+			return errdefs.Field("env", "%s is not allowed", k)
 		case strings.HasPrefix(k, "PYTHON") && !allowedPython[k]:
-			return errdefs.New(errdefs.ErrInvalidArgument, "env %s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", k)
+			return errdefs.Field("env", "%s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", k)
 		case len(v) > MaxEnvValBytes || strings.IndexByte(v, 0) >= 0:
-			return errdefs.New(errdefs.ErrInvalidArgument, "env %s value must be at most %d bytes without NUL", k, MaxEnvValBytes)
+			return errdefs.Field("env", "%s: the value must be at most %d bytes without NUL", k, MaxEnvValBytes)
 		}
 	}
 	return nil

@@ -197,7 +197,7 @@ func (s *Service) fit(st *started, req *Request) error {
 	// imports' anonymous memory: file pages, the bulk of what imports map,
 	// are shared and reclaimable) with room to spare.
 	const headroom = 64 << 20
-	if anon := st.j.Stats().AnonMemoryBytes; anon+headroom > uint64(l.MemoryBytes) {
+	if anon := st.j.AnonMemoryBytes(); anon+headroom > uint64(l.MemoryBytes) {
 		return fmt.Errorf("the warm jail holds %d MiB already; a request allowing %d MiB needs a jail of its own", anon>>20, l.MemoryBytes>>20)
 	}
 	if err := st.j.Resize(l); err != nil {

@@ -211,18 +211,20 @@ func ParseJobRecords(data []byte, codeLines []int) []Records {
 		}
 		return codeLines[min(i, len(codeLines)-1)]
 	}
+	// Split on the raw bytes: a job's records are exactly the lines up to
+	// and including its end record, whatever the lines hold.
 	start := 0
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), MaxRecordBytes)
-	pos := 0
-	for sc.Scan() {
-		line := sc.Bytes()
-		pos += len(line) + 1
-		var r record
-		if json.Unmarshal(line, &r) == nil && r.Type == "end" && r.Status != nil {
-			out = append(out, ParseRecords(data[start:min(pos, len(data))], lines(len(out))))
-			start = min(pos, len(data))
+	for pos := 0; pos < len(data); {
+		end := len(data)
+		if i := bytes.IndexByte(data[pos:], '\n'); i >= 0 {
+			end = pos + i + 1
 		}
+		var r record
+		if json.Unmarshal(data[pos:end], &r) == nil && r.Type == "end" && r.Status != nil {
+			out = append(out, ParseRecords(data[start:end], lines(len(out))))
+			start = end
+		}
+		pos = end
 	}
 	if start < len(data) {
 		out = append(out, ParseRecords(data[start:], lines(len(out))))

@@ -137,6 +137,11 @@ func TestParseJobRecords(t *testing.T) {
 	if jobs[2].Ended || jobs[2].Exception == nil || jobs[2].Exception.Line != 0 {
 		t.Errorf("job 2: %+v", jobs[2])
 	}
+	// CRLF lines split at the same places.
+	crlf := ParseJobRecords(bytes.ReplaceAll(data, []byte("\n"), []byte("\r\n")), []int{1, 1, 2})
+	if len(crlf) != 3 || !crlf[1].Ended || crlf[1].Exception == nil || crlf[2].Exception == nil {
+		t.Errorf("CRLF records: %+v", crlf)
+	}
 	if n := len(ParseJobRecords(nil, nil)); n != 0 {
 		t.Errorf("no records gave %d jobs", n)
 	}

@@ -138,7 +138,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	}
 	jr.ReturnFiles = req.ReturnFiles
 	if err := run.ValidateEnv(req.Env); err != nil {
-		return nil, errdefs.InField("env", err)
+		return nil, err // a field error of env already
 	}
 	if jr.Network, err = s.network(req, who); err != nil {
 		return nil, err
