@@ -31,7 +31,7 @@ import (
 	"github.com/jaild/jaild/internal/run"
 )
 
-// Engine is what the server needs of the jail engine: *jail.Engine, or a
+// Engine is what the server needs to run requests: *run.Service, or a
 // fake (servertest.Engine) for tests without root.
 type Engine interface {
 	// Run runs one request in a jail. Errors of an errdefs class keep
