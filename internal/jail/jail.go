@@ -422,6 +422,22 @@ func (j *Jail) Resize(l Limits) error {
 	return nil
 }
 
+// ResetPeak starts the jail's peak-memory counter afresh, where the kernel
+// can (cgroup v1; v2 from Linux 6.12): a session's calls each report their
+// own peak.
+func (j *Jail) ResetPeak() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if cgroups.IsCgroup2UnifiedMode() {
+		if j.peak != nil {
+			j.peak.Close()
+		}
+		j.peak = resetPeak(j.cgroups[""])
+		return
+	}
+	_ = cgroups.WriteFile(j.cgroups["memory"], "memory.max_usage_in_bytes", "0")
+}
+
 // Destroy kills whatever is left of the jail and removes its cgroup,
 // state, mounts, network and run directory, then frees its host id range:
 // only once every process of the jail is gone can another jail have those
@@ -462,6 +478,22 @@ func (j *Jail) teardown() bool {
 	j.mu.Unlock()
 	free := true
 	if j.c != nil {
+		// A frozen jail (a session between calls) cannot be destroyed:
+		// thaw it, which does nothing to one that is not frozen. A jail
+		// whose first process still runs (a session, a warm jail) is
+		// killed first.
+		_ = j.c.Resume()
+		j.mu.Lock()
+		started := j.started
+		j.mu.Unlock()
+		if started {
+			select {
+			case <-j.done:
+			default:
+				j.Kill()
+				<-j.done
+			}
+		}
 		if err := j.c.Destroy(); err != nil {
 			j.e.log.Error("destroy jail; its host id range stays in use", "id", j.id, "slot", j.slot, "err", err)
 			free = false

@@ -127,7 +127,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if st == nil {
 		var err error
-		if st, err = s.start(req.Limits, req.Network, req.Files, req.Command, req.Env, false, nil); err != nil {
+		if st, err = s.start(req.Limits, req.Network, req.Files, req.Command, req.Env, false, nil, false); err != nil {
 			return nil, err
 		}
 	}

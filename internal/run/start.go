@@ -36,8 +36,10 @@ func (st *started) Destroy() {
 // start creates a jail, writes files into its workspace and starts its
 // first process: the Python runner, waiting for its job on fd 3, or
 // command. A warm runner imports its own lazy modules and preimport, says
-// ready, and waits. On error nothing is left behind.
-func (s *Service) start(l jail.Limits, network *jail.Network, files []File, command []string, env map[string]string, warm bool, preimport []string) (_ *started, retErr error) {
+// ready, and waits. control gives the jail's init its control and status
+// pipes, which a session needs (see session.go). On error nothing is left
+// behind.
+func (s *Service) start(l jail.Limits, network *jail.Network, files []File, command []string, env map[string]string, warm bool, preimport []string, control bool) (_ *started, retErr error) {
 	j, err := s.e.Create(jail.Spec{Limits: l, Network: network})
 	if err != nil {
 		return nil, err
@@ -65,7 +67,7 @@ func (s *Service) start(l jail.Limits, network *jail.Network, files []File, comm
 	if err := writeFiles(j, files); err != nil {
 		return nil, err
 	}
-	if st.p, err = newPipes(runner); err != nil {
+	if st.p, err = newPipes(runner, runner && control); err != nil {
 		return nil, err
 	}
 	args := command
@@ -80,6 +82,9 @@ func (s *Service) start(l jail.Limits, network *jail.Network, files []File, comm
 	proc := jail.Process{Args: args, Env: envList, Stdin: st.p.stdinR, Stdout: st.p.stdoutW, Stderr: st.p.stderrW}
 	if runner {
 		proc.ExtraFiles = []*os.File{st.p.jobR, st.p.recW}
+		if st.p.ctlR != nil {
+			proc.ExtraFiles = append(proc.ExtraFiles, st.p.ctlR, st.p.statW)
+		}
 	}
 	if err := j.Start(proc); err != nil {
 		return nil, err
@@ -149,13 +154,20 @@ func environ(l jail.Limits, extra map[string]string) []string {
 }
 
 // pipes are the only files a jail's first process inherits: stdio and,
-// for the runner, the job (fd 3) and records (fd 4) channels.
+// for the runner, the job (fd 3) and records (fd 4) channels, and for a
+// jail that may become a session its init's control (fd 5) and status
+// (fd 6) channels.
 type pipes struct {
 	stdinR, stdinW, stdoutR, stdoutW, stderrR, stderrW *os.File
 	jobR, jobW, recR, recW                             *os.File
+	ctlR, ctlW, statR, statW                           *os.File
 }
 
-func newPipes(runner bool) (_ *pipes, retErr error) {
+func (p *pipes) all() []*os.File {
+	return []*os.File{p.stdinR, p.stdinW, p.stdoutR, p.stdoutW, p.stderrR, p.stderrW, p.jobR, p.jobW, p.recR, p.recW, p.ctlR, p.ctlW, p.statR, p.statW}
+}
+
+func newPipes(runner, control bool) (_ *pipes, retErr error) {
 	p := &pipes{}
 	defer func() {
 		if retErr != nil {
@@ -175,13 +187,17 @@ func newPipes(runner bool) (_ *pipes, retErr error) {
 		mk(&p.jobR, &p.jobW)
 		mk(&p.recR, &p.recW)
 	}
+	if control {
+		mk(&p.ctlR, &p.ctlW)
+		mk(&p.statR, &p.statW)
+	}
 	return p, err
 }
 
 // closeChildEnds closes our copies of the ends the jail holds, so that
 // readers see EOF when the jail's processes are gone.
 func (p *pipes) closeChildEnds() {
-	for _, f := range []*os.File{p.stdinR, p.stdoutW, p.stderrW, p.jobR, p.recW} {
+	for _, f := range []*os.File{p.stdinR, p.stdoutW, p.stderrW, p.jobR, p.recW, p.ctlR, p.statW} {
 		if f != nil {
 			f.Close()
 		}
@@ -189,7 +205,7 @@ func (p *pipes) closeChildEnds() {
 }
 
 func (p *pipes) closeAll() {
-	for _, f := range []*os.File{p.stdinR, p.stdinW, p.stdoutR, p.stdoutW, p.stderrR, p.stderrW, p.jobR, p.jobW, p.recR, p.recW} {
+	for _, f := range p.all() {
 		if f != nil {
 			f.Close()
 		}

@@ -85,7 +85,7 @@ func (s *Service) createWarm(key pool.Key, stop <-chan struct{}) (pool.Item, err
 	if key.Kind == preloaded {
 		preimport = s.cfg.Preimport
 	}
-	st, err := s.start(s.cfg.Limits, nil, nil, nil, nil, true, preimport)
+	st, err := s.start(s.cfg.Limits, nil, nil, nil, nil, true, preimport, true)
 	if err != nil {
 		return nil, err
 	}

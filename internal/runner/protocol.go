@@ -32,6 +32,24 @@ type Job struct {
 	Rlimits map[string][2]uint64 `json:"rlimits"`
 	// More says another job may follow this one.
 	More bool `json:"more,omitempty"`
+	// Session marks a call of a session (implies More): a SystemExit ends
+	// only the call, Stdin is the call's sys.stdin, CPUSeconds its CPU
+	// budget, figures are numbered afresh, and the end record carries
+	// Call. See runner.py.
+	Session    bool    `json:"session,omitempty"`
+	Call       int     `json:"call,omitempty"`
+	Stdin      *string `json:"stdin,omitempty"`
+	CPUSeconds int     `json:"cpu_s,omitempty"`
+}
+
+// Latin1 carries bytes in a JSON string as the code points 0-255, the form
+// of Job.Stdin (the runner encodes them back with latin-1).
+func Latin1(b []byte) string {
+	r := make([]rune, len(b))
+	for i, c := range b {
+		r[i] = rune(c)
+	}
+	return string(r)
 }
 
 // EncodeJob frames j for fd 3: one line of JSON (encoding/json escapes
@@ -76,25 +94,31 @@ func (c *Capture) Drain(r io.Reader) {
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 {
-			room := c.Limit - int64(len(c.Buf))
-			if int64(n) > room {
-				c.Buf = append(c.Buf, chunk[:room]...)
-				c.send(chunk[:room])
-				if !c.Truncated {
-					c.Truncated = true
-					if c.OnOverflow != nil {
-						c.OnOverflow()
-					}
-				}
-			} else {
-				c.Buf = append(c.Buf, chunk[:n]...)
-				c.send(chunk[:n])
-			}
+			c.Add(chunk[:n])
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// Add takes one chunk of the stream, as Drain does.
+func (c *Capture) Add(p []byte) {
+	room := c.Limit - int64(len(c.Buf))
+	if int64(len(p)) > room {
+		room = max(room, 0)
+		c.Buf = append(c.Buf, p[:room]...)
+		c.send(p[:room])
+		if !c.Truncated {
+			c.Truncated = true
+			if c.OnOverflow != nil {
+				c.OnOverflow()
+			}
+		}
+		return
+	}
+	c.Buf = append(c.Buf, p...)
+	c.send(p)
 }
 
 // Bounds on the runner's side channel.
@@ -114,6 +138,18 @@ type record struct {
 	Repr    *string          `json:"repr"`
 	Signal  int              `json:"signal"`
 	Status  *int             `json:"status"`
+	Call    int              `json:"call"`
+}
+
+// EndOf reports whether line is an end record, with its status and call
+// (0 outside sessions). Such a line may be forged by user code: it can
+// only misplace its own records.
+func EndOf(line []byte) (status, call int, ok bool) {
+	var r record
+	if json.Unmarshal(line, &r) != nil || r.Type != "end" || r.Status == nil || *r.Status < 0 || *r.Status > 255 {
+		return 0, 0, false
+	}
+	return *r.Status, r.Call, true
 }
 
 // Exception is the runner's record of an uncaught exception, validated.

@@ -8,6 +8,23 @@
  * (the runner's records pipe; see runner.py). Its end is the jail's end:
  * the kernel kills whatever is left in the pid namespace.
  *
+ * A jail that may become a session (see internal/run/session.go) also gets
+ *   fd 5  CONTROL, read: one byte per command from the daemon
+ *         's'  session mode from now on: when PROGRAM ends, do not end
+ *              the jail; kill every other process, report, and wait
+ *         'i'  send SIGINT to PROGRAM (interrupt the user's code)
+ *         'k'  send SIGKILL to PROGRAM
+ *         'r'  after PROGRAM ended in session mode: start it afresh
+ *         EOF  the daemon is gone: in session mode, end the jail
+ *   fd 6  STATUS, written: lines for the daemon
+ *         "exit CODE SIGNAL"  PROGRAM ended (CODE -1 after a signal)
+ *         "started"           PROGRAM was started afresh ('r')
+ * Both are kept from PROGRAM (close-on-exec), and this process makes
+ * itself non-dumpable, so that user code, which runs as the same user,
+ * cannot reach them through /proc/1/fd: only the daemon commands init and
+ * only init reports on PROGRAM. User code can still signal pid 1, which
+ * ignores every signal it has no handler for (SIGCHLD is its only one).
+ *
  * Why a separate pid 1: the kernel spares a pid namespace's init from
  * signals it has no handler for, even SIGKILL sent from inside, so user
  * code must not run as pid 1 (os.kill(os.getpid(), SIGKILL) would not end
@@ -17,15 +34,66 @@
  *
  * Nothing here is a security boundary: the jail is.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define JOB_FD 3
 #define RECORD_FD 4
+#define CONTROL_FD 5
+#define STATUS_FD 6
+
+static void on_chld(int sig) { (void)sig; }
+
+static int valid_fd(int fd) { return fcntl(fd, F_GETFD) >= 0; }
+
+static void cloexec(int fd) { (void)fcntl(fd, F_SETFD, FD_CLOEXEC); }
+
+static void set_nonblock(int fd, int on)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		(void)fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+}
+
+static void write_all(int fd, const char *buf, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, buf, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		buf += w;
+		n -= (size_t)w;
+	}
+}
+
+static pid_t spawn(char **argv, const sigset_t *mask)
+{
+	pid_t child = fork();
+	if (child < 0) {
+		fprintf(stderr, "jaild init: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (child == 0) {
+		sigprocmask(SIG_SETMASK, mask, NULL);
+		execv(argv[0], argv);
+		fprintf(stderr, "jaild init: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	return child;
+}
 
 int main(int argc, char **argv)
 {
@@ -33,37 +101,139 @@ int main(int argc, char **argv)
 		fputs("usage: init PROGRAM [ARG...]\n", stderr);
 		return 2;
 	}
-	pid_t child = fork();
-	if (child < 0) {
-		fprintf(stderr, "jaild init: fork: %s\n", strerror(errno));
+	int control = -1, status_fd = -1, jobs = -1;
+	if (valid_fd(CONTROL_FD) && valid_fd(STATUS_FD)) {
+		control = CONTROL_FD;
+		status_fd = STATUS_FD;
+		cloexec(control);
+		cloexec(status_fd);
+		set_nonblock(control, 1); /* init's alone: nobody else has it */
+		/* A copy of the jobs pipe for a fresh PROGRAM. */
+		jobs = fcntl(JOB_FD, F_DUPFD_CLOEXEC, 10);
+		(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	}
+	/* SIGCHLD is blocked but while waiting in ppoll, so that none is lost
+	 * between a reap and the wait. */
+	sigset_t chld, old, during;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, &old);
+	during = old;
+	sigdelset(&during, SIGCHLD);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_chld;
+	sigaction(SIGCHLD, &sa, NULL);
+
+	pid_t child = spawn(argv + 1, &old);
+	if (child < 0)
 		return 2;
-	}
-	if (child == 0) {
-		execv(argv[1], argv + 1);
-		fprintf(stderr, "jaild init: exec %s: %s\n", argv[1], strerror(errno));
-		_exit(127);
-	}
 	close(JOB_FD); /* the runner's to read */
+	int session = 0, ended = 0, estatus = 0;
 	for (;;) {
-		int status;
-		pid_t pid = waitpid(-1, &status, 0);
-		if (pid < 0) {
-			if (errno == EINTR)
-				continue;
-			return 1; /* no children left: cannot happen before PROGRAM ends */
-		}
-		if (pid != child)
-			continue; /* an orphan, reaped */
-		if (WIFSIGNALED(status)) {
-			/* On a line of its own, even after a record the runner
-			 * was cut off in the middle of. */
-			char rec[64];
-			int n = snprintf(rec, sizeof rec, "\n{\"type\": \"exit\", \"signal\": %d}\n", WTERMSIG(status));
-			if (write(RECORD_FD, rec, (size_t)n) < 0) {
-				/* no records pipe: the exit status says it alone */
+		int st;
+		pid_t pid;
+		while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+			if (pid == child) {
+				ended = 1;
+				estatus = st;
+				child = -1;
 			}
-			return 128 + WTERMSIG(status);
+			/* else an orphan, reaped */
 		}
-		return WEXITSTATUS(status);
+		if (ended) {
+			/* Commands sent before PROGRAM ended (session mode). */
+			char cmd[64];
+			ssize_t n;
+			while (control >= 0 && (n = read(control, cmd, sizeof cmd)) != 0) {
+				if (n < 0) {
+					if (errno == EINTR)
+						continue;
+					break;
+				}
+				if (memchr(cmd, 's', (size_t)n))
+					session = 1;
+			}
+			if (!session) {
+				if (WIFSIGNALED(estatus)) {
+					/* On a line of its own, even after a record the
+					 * runner was cut off in the middle of. */
+					char rec[64];
+					int m = snprintf(rec, sizeof rec, "\n{\"type\": \"exit\", \"signal\": %d}\n", WTERMSIG(estatus));
+					write_all(RECORD_FD, rec, (size_t)m);
+					return 128 + WTERMSIG(estatus);
+				}
+				return WEXITSTATUS(estatus);
+			}
+			/* Session mode: nothing of the old interpreter survives it. */
+			kill(-1, SIGKILL);
+			while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+				;
+			write_all(RECORD_FD, "\n", 1); /* ends a record cut off */
+			char line[64];
+			int m = snprintf(line, sizeof line, "exit %d %d\n",
+			                 WIFEXITED(estatus) ? WEXITSTATUS(estatus) : -1,
+			                 WIFSIGNALED(estatus) ? WTERMSIG(estatus) : 0);
+			write_all(status_fd, line, (size_t)m);
+			ended = 0;
+			if (control < 0)
+				return 0; /* the daemon is gone */
+			/* Wait for 'r' (start afresh) or EOF (the end). */
+			int restart = 0;
+			while (!restart) {
+				struct pollfd p = {.fd = control, .events = POLLIN};
+				if (poll(&p, 1, -1) < 0 && errno != EINTR)
+					return 1;
+				n = read(control, cmd, sizeof cmd);
+				if (n == 0)
+					return 0;
+				if (n > 0 && memchr(cmd, 'r', (size_t)n))
+					restart = 1;
+			}
+			/* Whatever the old interpreter left unread of a job is not
+			 * the new one's. */
+			set_nonblock(jobs, 1);
+			while (read(jobs, cmd, sizeof cmd) > 0)
+				;
+			set_nonblock(jobs, 0);
+			if (dup2(jobs, JOB_FD) < 0)
+				return 1;
+			unsetenv("JAILD_PREIMPORT"); /* a fresh interpreter imports nothing ahead */
+			child = spawn(argv + 1, &old);
+			close(JOB_FD);
+			if (child < 0)
+				return 1;
+			write_all(status_fd, "started\n", 8);
+			continue;
+		}
+		struct pollfd p = {.fd = control, .events = POLLIN};
+		int r = ppoll(&p, control >= 0 ? 1 : 0, NULL, &during);
+		if (r > 0 && control >= 0) {
+			char cmd[64];
+			ssize_t n = read(control, cmd, sizeof cmd);
+			if (n == 0) {
+				/* The daemon is gone: in session mode that is the end;
+				 * otherwise PROGRAM's end is. */
+				if (session && child > 0)
+					kill(child, SIGKILL);
+				control = -1;
+				continue;
+			}
+			for (ssize_t i = 0; i < n; i++) {
+				switch (cmd[i]) {
+				case 's':
+					session = 1;
+					break;
+				case 'i':
+					if (child > 0)
+						kill(child, SIGINT);
+					break;
+				case 'k':
+					if (child > 0)
+						kill(child, SIGKILL);
+					break;
+				}
+			}
+		}
 	}
 }

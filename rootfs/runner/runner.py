@@ -13,7 +13,8 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"code": str, "filename": "main.py", "last_line_interactive": bool,
          "figures_dir": "/jaild/figures" or null, "max_figures": 16,
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...},
-         "more": bool}
+         "more": bool, "session": bool, "call": int, "stdin": str|null,
+         "cpu_s": int|null}
         env and rlimits are applied before the user's code (rlimits: the
         first job's; they can only be lowered).  A job without "more" is
         the last: nothing may follow it on fd 3 but EOF, and the process
@@ -23,6 +24,14 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         persist.  EOF then ends the process with status 0; a SystemExit ends
         it as a script would; an uncaught exception (KeyboardInterrupt
         included) is reported and ends only its job, with status 1.
+        A job with "session" (which implies "more") is a call of a session
+        (internal/run/session.go): a SystemExit ends only the call, with
+        its status; "stdin" (bytes as code points 0-255) is the call's
+        sys.stdin (fd 0 is empty); "cpu_s" gives the call that many CPU
+        seconds (RLIMIT_CPU's soft limit, from what the process used so
+        far); figures are numbered from 1 again; the end record carries
+        "call"; and SIGINT interrupts the user's code only, never the
+        runner between calls.
         JAILD_PREIMPORT (environment, comma-separated modules, possibly
         none) marks a warm pool's jail: the runner imports those modules
         and its own lazy ones, writes {"type": "ready"} to fd 4, and waits
@@ -32,7 +41,7 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"type": "result", "repr": str, "truncated": bool}
         {"type": "figure", "name": "figure-1.png"}
         {"type": "ready"}
-        {"type": "end", "status": int}
+        {"type": "end", "status": int} ("call": int for a session's job)
         and, from init, {"type": "exit", "signal": int} when this process
         died by a signal.
 
@@ -194,9 +203,12 @@ class FigureSaver:
         self._count = 0
         self._limit_noted = False
 
-    def configure(self, figures_dir, limit):
+    def configure(self, figures_dir, limit, renumber=False):
         self._dir = figures_dir
         self._limit = limit
+        if renumber:  # a session's call: the daemon emptied the dir
+            self._count = 0
+            self._limit_noted = False
 
     def save_open_figures(self):
         plt = sys.modules.get("matplotlib.pyplot")
@@ -367,7 +379,14 @@ def parse_job(raw):
         figures_dir=field("figures_dir", (str, type(None)), None),
         max_figures=field("max_figures", (int,), 16),
         more=field("more", (bool,), False),
+        session=field("session", (bool,), False),
+        call=field("call", (int,), 0),
+        stdin=field("stdin", (str, type(None)), None),
+        cpu_s=field("cpu_s", (int, type(None)), None),
     )
+    parsed.more = parsed.more or parsed.session
+    if parsed.cpu_s is not None and parsed.cpu_s < 1:
+        raise JobError(f"bad 'cpu_s': {parsed.cpu_s!r}")
     if not parsed.filename or "\0" in parsed.filename:
         raise JobError(f"bad 'filename': {parsed.filename!r}")
     if parsed.max_figures < 0:
@@ -564,6 +583,26 @@ def apply_job_limits(job):
             resource.setrlimit(which, (soft, hard))
 
 
+def apply_call_cpu(seconds):
+    """A session's call: `seconds` more CPU seconds than the process used
+    so far (the soft limit; the hard one, the jail's, stays)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(ru.ru_utime + ru.ru_stime)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = used + seconds
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def set_call_stdin(data):
+    """A session's call reads its own stdin through sys.stdin (and input())."""
+    import io
+
+    raw = io.BytesIO((data or "").encode("latin-1"))
+    sys.stdin = io.TextIOWrapper(raw, encoding=getattr(sys.__stdin__, "encoding", None) or "utf-8", errors="surrogateescape")
+
+
 def exit_status(exc):
     """The exit status the interpreter gives an uncaught SystemExit, with
     its message on stderr as the interpreter prints it."""
@@ -694,6 +733,7 @@ def run_user_process(records, saver):
     run them in order, and leave the way a script would. Never returns."""
     jobs = read_jobs()
     first = True
+    user_sigint = signal.default_int_handler  # the user's, between calls
     while True:
         try:
             job = next(jobs, None)
@@ -714,8 +754,24 @@ def run_user_process(records, saver):
             print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
             os._exit(2)
         first = False
-        saver.configure(job.figures_dir, job.max_figures)
+        saver.configure(job.figures_dir, job.max_figures, renumber=job.session)
+        if job.session:
+            try:
+                if job.cpu_s is not None:
+                    apply_call_cpu(job.cpu_s)
+                set_call_stdin(job.stdin)
+            except (OSError, ValueError, UnicodeError) as exc:
+                print(f"jaild runner: cannot prepare the call: {exc}", file=sys.stderr, flush=True)
+                os._exit(2)
+            signal.signal(signal.SIGINT, user_sigint)
         status, interrupted, exited = run_and_report(job, records, saver)
+        if job.session:
+            # Between calls a SIGINT (the daemon's interrupt, late) must
+            # not end the runner; the user's handler comes back next call.
+            user_sigint = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            records.emit({"type": "end", "status": status, "call": job.call})
+            continue
         if exited or not job.more:
             finish(status, interrupted)
         records.emit({"type": "end", "status": status})

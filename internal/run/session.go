@@ -1,0 +1,715 @@
+package run
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/workspace"
+)
+
+// A session is one jail whose Python interpreter lives across calls. Its
+// first process is the image's init in session mode (rootfs/runner/init.c)
+// and, as its child, the runner taking one job per call (runner.py). The
+// daemon talks to init over two pipes the interpreter has no access to:
+// commands on fd 5 (interrupt, kill, start afresh) and init's word on fd 6
+// that the interpreter ended. The user's stdout, stderr and records pipes
+// live as long as the session; a call's share of them is what was written
+// between its job and its end record (see stream.sync).
+//
+// Between calls the session's cgroup is frozen: no process of it runs.
+
+// SessionSpec is what a session's jail is created with.
+type SessionSpec struct {
+	// Limits hold for the jail's whole life; Timeout bounds the CPU time
+	// of one interpreter (RLIMIT_CPU's hard limit): make it the session's
+	// lifetime. Each call has its own timeout and output bound.
+	Limits  jail.Limits
+	Network *jail.Network
+	Files   []File
+	Env     map[string]string
+}
+
+// Call is one call of a session.
+type Call struct {
+	Code                string
+	Stdin               []byte
+	Files               []File
+	ReturnFiles         []string
+	LastLineInteractive bool
+	Timeout             time.Duration
+	OutputBytes         int64
+}
+
+// CallResult is what one call produced, and what became of the session.
+type CallResult struct {
+	Result
+	// Count is the call's number in the session (execution_count).
+	Count int
+	// StateLost: the interpreter ended during the call (it would not stop
+	// at the interrupt, the OOM killer took it, it crashed or exited) and
+	// the next call gets a fresh one in the same jail, workspace and /tmp
+	// kept. LostReason says why.
+	StateLost  bool
+	LostReason string
+	// Ended: the session ended during the call (EndReason).
+	Ended     bool
+	EndReason string
+}
+
+// Reasons a session's interpreter was lost or the session ended.
+const (
+	LostTimeout     = "timeout"      // would not stop at the interrupt
+	LostMemory      = "memory_limit" // the OOM killer
+	LostCPU         = "cpu_limit"    // RLIMIT_CPU
+	LostOutput      = "output_limit" // would not stop writing at the interrupt
+	LostCancelled   = "cancelled"    // the client went away and it would not stop
+	LostCrashed     = "crashed"      // died by a signal of its own
+	LostExited      = "exited"       // the process exited (os._exit, ...)
+	EndLosses       = "repeated_losses"
+	EndJailEnded    = "jail_ended" // the jail's init ended
+	EndClosed       = "deleted"
+	EndRestartError = "restart_failed"
+)
+
+// Session tunables.
+const (
+	// InterruptGrace is how long code has to get back to the prompt
+	// after SIGINT before its interpreter is killed.
+	InterruptGrace = 2 * time.Second
+	// MaxLosses in a row end a session.
+	MaxLosses = 3
+	// restartTimeout bounds a fresh interpreter's start by init.
+	restartTimeout = 10 * time.Second
+	// syncWait bounds the wait for a call's output already in the pipes.
+	syncWait = 2 * time.Second
+)
+
+// Session is a live session. Its methods are safe for concurrent use;
+// Exec runs one call at a time (a second gets errdefs.ErrConflict).
+type Session struct {
+	s      *Service
+	st     *started
+	limits jail.Limits
+	env    map[string]string
+	warm   bool
+
+	stdout, stderr *stream
+	events         chan string // init's status lines
+	interrupt      chan struct{}
+
+	callMu sync.Mutex // held by the call in progress
+
+	mu        sync.Mutex
+	calls     int
+	fresh     bool // the interpreter has had no job yet
+	losses    int  // in a row
+	cur       *callState
+	ended     bool
+	endReason string
+	done      chan struct{} // closed when the session ended
+	closeOnce sync.Once
+}
+
+// callState is what the readers deliver to the call in progress.
+type callState struct {
+	n       int
+	records []byte
+	end     chan int // the call's end record's status
+}
+
+// NewSession makes a session: a warm jail of the pool when one fits, else
+// a jail started for it. The interpreter starts in the background; the
+// first call waits for it.
+func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ValidateEnv(spec.Env); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, jail.ErrClosed
+	}
+	s.running.Add(1)
+	s.mu.Unlock()
+	defer s.running.Done()
+
+	var st *started
+	warm := false
+	if spec.Network == nil {
+		st, warm = s.takeWarm(&Request{Limits: spec.Limits, Env: spec.Env})
+		if warm {
+			defer s.pool.Kick()
+			if err := s.fit(st, &Request{Limits: spec.Limits, Files: spec.Files}); err != nil {
+				s.log.Info("warm jail cannot serve the session; using a cold one", "id", st.j.ID(), "err", err)
+				st.Destroy()
+				st, warm = nil, false
+			}
+		}
+	}
+	if st == nil {
+		var err error
+		if st, err = s.start(spec.Limits, spec.Network, spec.Files, nil, spec.Env, false, nil, true); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if retErr != nil {
+			st.Destroy()
+		}
+	}()
+	if st.p.ctlW == nil {
+		return nil, errors.New("session jail has no control pipe")
+	}
+	// Session mode before anything can end the runner.
+	if _, err := st.p.ctlW.Write([]byte{'s'}); err != nil {
+		return nil, fmt.Errorf("session mode: %w", err)
+	}
+	ss := &Session{
+		s: s, st: st, limits: spec.Limits, env: spec.Env, warm: warm, fresh: true,
+		stdout:    newStream(st.p.stdoutR),
+		stderr:    newStream(st.p.stderrR),
+		events:    make(chan string, 8),
+		interrupt: make(chan struct{}, 1),
+		done:      make(chan struct{}),
+	}
+	// Nothing reads the jail's stdin: each call's is in its job.
+	st.p.stdinW.Close()
+	st.p.stdinW = nil
+	go ss.stdout.loop()
+	go ss.stderr.loop()
+	go ss.readRecords(st.p.recR)
+	go ss.readEvents(st.p.statR)
+	go func() {
+		<-st.j.Done()
+		ss.end(EndJailEnded)
+	}()
+	if err := st.j.Freeze(); err != nil {
+		s.log.Warn("freeze new session", "id", st.j.ID(), "err", err)
+	}
+	return ss, nil
+}
+
+// ID is the session's jail's id.
+func (ss *Session) ID() string { return ss.st.j.ID() }
+
+// Warm says the session took a warm jail.
+func (ss *Session) Warm() bool { return ss.warm }
+
+// Done is closed when the session has ended (Close, repeated losses, or
+// its jail ended); EndReason says why.
+func (ss *Session) Done() <-chan struct{} { return ss.done }
+
+// EndReason is why the session ended; "" while it lives.
+func (ss *Session) EndReason() string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.endReason
+}
+
+// end marks the session ended (the first reason wins) and destroys its
+// jail in the background.
+func (ss *Session) end(reason string) {
+	ss.mu.Lock()
+	first := !ss.ended
+	if first {
+		ss.ended, ss.endReason = true, reason
+	}
+	ss.mu.Unlock()
+	if first {
+		ss.closeOnce.Do(func() {
+			close(ss.done)
+			ss.s.teardowns.Go(ss.st.Destroy)
+		})
+	}
+}
+
+// Close ends the session: every process is killed and the jail torn down
+// (Service.Idle waits for the teardown).
+func (ss *Session) Close() { ss.end(EndClosed) }
+
+// Interrupt sends SIGINT to the call in progress, as Ctrl-C would; it
+// does nothing when no call runs.
+func (ss *Session) Interrupt() {
+	select {
+	case ss.interrupt <- struct{}{}:
+	default:
+	}
+}
+
+// Exec runs one call. Errors: errdefs.ErrConflict while another call runs
+// or after the session ended; of class errdefs.ErrInvalidArgument for a
+// bad call; others are the host's. Whatever the code did is a CallResult.
+func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
+	if !ss.callMu.TryLock() {
+		return nil, errdefs.New(errdefs.ErrConflict, "another call of this session is running")
+	}
+	defer ss.callMu.Unlock()
+	ss.mu.Lock()
+	if ss.ended {
+		reason := ss.endReason
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", reason)
+	}
+	ss.calls++
+	cs := &callState{n: ss.calls, end: make(chan int, 1)}
+	fresh := ss.fresh
+	ss.fresh = false
+	ss.mu.Unlock()
+	// Drop what an earlier call's interrupt left.
+	select {
+	case <-ss.interrupt:
+	default:
+	}
+
+	j := ss.st.j
+	if err := writeFiles(j, c.Files); err != nil {
+		return nil, fmt.Errorf("write files: %w", err)
+	}
+	figs := filepath.Join(j.MetaHostDir(), "figures")
+	clearDir(figs)
+
+	res := &CallResult{Count: cs.n, Result: Result{ID: j.ID(), ExitCode: -1}}
+	var (
+		once     sync.Once
+		overflow = make(chan struct{})
+	)
+	stdout := &runner.Capture{Limit: c.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
+	stderr := &runner.Capture{Limit: c.OutputBytes, OnOverflow: stdout.OnOverflow}
+	ss.stdout.attach(stdout)
+	ss.stderr.attach(stderr)
+	ss.mu.Lock()
+	ss.cur = cs
+	ss.mu.Unlock()
+	defer func() {
+		ss.stdout.attach(nil)
+		ss.stderr.attach(nil)
+		ss.mu.Lock()
+		ss.cur = nil
+		ss.mu.Unlock()
+	}()
+
+	stdin := runner.Latin1(c.Stdin)
+	job := runner.Job{
+		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", cs.n), LastLineInteractive: c.LastLineInteractive,
+		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
+		Session: true, Call: cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
+	}
+	if fresh {
+		job.Rlimits = ss.limits.RlimitsByName()
+		delete(job.Rlimits, "RLIMIT_CPU") // the call's is CPUSeconds
+	}
+	j.ResetPeak()
+	base := j.Stats()
+	if err := j.Thaw(); err != nil {
+		if ss.isEnded() {
+			return nil, errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", ss.EndReason())
+		}
+		return nil, fmt.Errorf("thaw session: %w", err)
+	}
+	start := time.Now()
+	wrote := make(chan error, 1)
+	go func() {
+		w := ss.st.p.jobW
+		_ = w.SetWriteDeadline(start.Add(c.Timeout + InterruptGrace + time.Second))
+		_, err := w.Write(runner.EncodeJob(job))
+		wrote <- err
+	}()
+
+	timer := time.NewTimer(c.Timeout)
+	defer timer.Stop()
+	var grace <-chan time.Time
+	interrupted, killed := false, false
+	cause := "" // why the daemon interrupted: a Lost* reason
+	interruptFor := func(why string) {
+		if interrupted {
+			return
+		}
+		interrupted, cause = true, why
+		ss.command('i')
+		grace = time.After(InterruptGrace)
+	}
+	var exitLine string
+	status := -1
+wait:
+	for {
+		select {
+		case st := <-cs.end:
+			status = st
+			break wait
+		case line := <-ss.events:
+			if strings.HasPrefix(line, "exit ") {
+				exitLine = line
+				break wait
+			}
+		case <-ss.done:
+			break wait
+		case err := <-wrote:
+			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				ss.s.log.Warn("session job write", "id", j.ID(), "err", err)
+			}
+			wrote = nil
+		case <-timer.C:
+			res.TimedOut = true
+			interruptFor(LostTimeout)
+		case <-overflow:
+			overflow = nil
+			interruptFor(LostOutput)
+		case <-ctx.Done():
+			res.Cancelled = true
+			interruptFor(LostCancelled)
+			ctx = context.Background()
+		case <-ss.interrupt:
+			ss.command('i')
+		case <-grace:
+			grace = nil
+			if !killed {
+				killed = true
+				ss.command('k')
+			}
+		}
+	}
+	res.Duration = time.Since(start)
+	if wrote != nil {
+		// A job not taken whole by now never will be; a fresh
+		// interpreter must not read its rest.
+		_ = ss.st.p.jobW.SetWriteDeadline(time.Now())
+		<-wrote
+	}
+	ss.stdout.sync()
+	ss.stderr.sync()
+	after := j.Stats()
+	res.CPUTime = after.CPU - base.CPU
+	res.PeakMemoryBytes = after.PeakMemoryBytes
+	res.OOMKilled = after.OOMKills > base.OOMKills
+	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated
+	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
+	ss.mu.Lock()
+	recs := runner.ParseRecords(cs.records, strings.Count(c.Code, "\n")+1)
+	ss.mu.Unlock()
+	res.Exception, res.ResultRepr = recs.Exception, recs.Result
+
+	switch {
+	case status >= 0:
+		res.ExitCode = status
+		ss.mu.Lock()
+		ss.losses = 0
+		ss.mu.Unlock()
+	case exitLine != "":
+		code, sig := parseExit(exitLine)
+		res.ExitCode, res.Signal = code, sig
+		if sig != 0 {
+			res.ExitCode = -1
+		}
+		res.StateLost = true
+		switch {
+		case res.OOMKilled:
+			res.LostReason = LostMemory
+		case killed:
+			res.LostReason = cause
+		case sig == int(unix.SIGXCPU) || sig == int(unix.SIGKILL) && res.CPUTime >= c.Timeout:
+			res.LostReason = LostCPU
+		case sig != 0:
+			res.LostReason = LostCrashed
+		default:
+			res.LostReason = LostExited
+		}
+		ss.restart(res)
+	default: // the session ended under the call
+		res.Signal = int(unix.SIGKILL)
+	}
+	if ss.isEnded() {
+		res.Ended, res.EndReason = true, ss.EndReason()
+	}
+	if !res.Ended {
+		// Frozen before its files are read: nothing of the session writes
+		// meanwhile, and between calls it uses no CPU.
+		if err := j.Freeze(); err != nil && !ss.isEnded() {
+			ss.s.log.Warn("freeze session", "id", j.ID(), "err", err)
+		}
+		res.Figures = workspace.ReadFigures(figs)
+		if len(c.ReturnFiles) > 0 {
+			files, err := collect(j, c.ReturnFiles)
+			if err != nil {
+				ss.s.log.Warn("collect files", "id", j.ID(), "err", err)
+				files = append(files, workspace.File{Path: ".", Error: "workspace could not be read completely"})
+			}
+			res.Files = files
+		}
+	}
+	res.Status = callStatus(res, cause)
+	return res, nil
+}
+
+// callStatus is the call's status: the daemon's reason to interrupt comes
+// first, whether or not the code stopped at the interrupt.
+func callStatus(r *CallResult, cause string) Status {
+	switch {
+	case r.TimedOut:
+		return StatusTimeout
+	case r.OOMKilled:
+		return StatusMemoryLimit
+	case cause == LostOutput:
+		return StatusOutputLimit
+	case r.Cancelled || r.Ended && r.Signal != 0:
+		return StatusKilled
+	case r.LostReason == LostCPU:
+		return StatusCPULimit
+	case r.Signal != 0:
+		return StatusKilled
+	case r.ExitCode == 0:
+		return StatusOK
+	}
+	return StatusError
+}
+
+// restart has init start a fresh interpreter after a loss, or ends the
+// session after MaxLosses in a row or when the restart fails.
+func (ss *Session) restart(res *CallResult) {
+	ss.mu.Lock()
+	ss.losses++
+	losses := ss.losses
+	ss.fresh = true
+	ss.mu.Unlock()
+	if losses >= MaxLosses {
+		ss.end(EndLosses)
+		return
+	}
+	ss.command('r')
+	timer := time.NewTimer(restartTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case line := <-ss.events:
+			if line == "started" {
+				return
+			}
+		case <-ss.done:
+			return
+		case <-timer.C:
+			ss.s.log.Error("session interpreter did not restart", "id", ss.ID())
+			ss.end(EndRestartError)
+			return
+		}
+	}
+}
+
+func (ss *Session) isEnded() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.ended
+}
+
+// command writes one command byte to init; a failure means the jail is
+// going, which its Done reports.
+func (ss *Session) command(c byte) {
+	if _, err := ss.st.p.ctlW.Write([]byte{c}); err != nil {
+		ss.s.log.Warn("session command", "id", ss.ID(), "command", string(c), "err", err)
+	}
+}
+
+// parseExit reads init's "exit CODE SIGNAL".
+func parseExit(line string) (code, sig int) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return -1, 0
+	}
+	code, _ = strconv.Atoi(f[1])
+	sig, _ = strconv.Atoi(f[2])
+	if sig < 0 || sig > 64 {
+		sig = 0
+	}
+	return code, sig
+}
+
+// readEvents passes init's status lines on. Init is not user code (see
+// init.c), but its lines are bounded all the same.
+func (ss *Session) readEvents(f *os.File) {
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64), 64)
+	for sc.Scan() {
+		select {
+		case ss.events <- sc.Text():
+		case <-ss.done:
+			return
+		}
+	}
+}
+
+// readRecords gives the call in progress its records, each line bounded,
+// and its end record (by call number: a late or forged end of another
+// call is dropped). Records between calls are dropped.
+func (ss *Session) readRecords(f *os.File) {
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := readBoundedLine(r, runner.MaxRecordBytes)
+		if len(line) > 0 {
+			ss.deliverRecord(line)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (ss *Session) deliverRecord(line []byte) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	cs := ss.cur
+	if cs == nil {
+		return
+	}
+	if status, call, ok := runner.EndOf(line); ok {
+		if call == cs.n {
+			select {
+			case cs.end <- status:
+			default:
+			}
+		}
+		return
+	}
+	if len(cs.records)+len(line)+1 <= runner.MaxRecordBytes {
+		cs.records = append(append(cs.records, line...), '\n')
+	}
+}
+
+// readBoundedLine reads one line without its newline; a longer line than
+// limit is read to its end and returned empty.
+func readBoundedLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	over := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !over {
+			if len(line)+len(chunk) > limit+1 {
+				over, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if over {
+			line = nil
+		}
+		return bytes.TrimSuffix(line, []byte{'\n'}), err
+	}
+}
+
+// clearDir removes the entries of dir (the session's figures directory),
+// never following a link: a call's figures are its own.
+func clearDir(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close()
+	names, _ := d.Readdirnames(workspace.MaxFigures * 64)
+	for _, n := range names {
+		if unix.Unlinkat(fd, n, 0) != nil {
+			_ = unix.Unlinkat(fd, n, unix.AT_REMOVEDIR)
+		}
+	}
+}
+
+// stream drains one of a session's output pipes for its whole life into
+// the call in progress (nothing between calls).
+type stream struct {
+	f    *os.File
+	mu   sync.Mutex
+	cap  *runner.Capture
+	acks chan chan struct{} // a sync waiting for the loop
+	eof  chan struct{}      // closed when the loop ended
+}
+
+func newStream(f *os.File) *stream {
+	return &stream{f: f, acks: make(chan chan struct{}, 1), eof: make(chan struct{})}
+}
+
+func (s *stream) attach(c *runner.Capture) {
+	s.mu.Lock()
+	s.cap = c
+	s.mu.Unlock()
+}
+
+func (s *stream) deliver(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cap != nil {
+		s.cap.Add(p)
+	}
+}
+
+func (s *stream) loop() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.f.Read(buf)
+		if n > 0 {
+			s.deliver(buf[:n])
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			close(s.eof) // the session is over
+			return
+		}
+		// A sync: what is in the pipe now is the call's.
+		if rc, err := s.f.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				for {
+					n, err := unix.Read(int(fd), buf)
+					if n > 0 {
+						s.deliver(buf[:n])
+					}
+					if n <= 0 || err != nil {
+						return
+					}
+				}
+			})
+		}
+		_ = s.f.SetReadDeadline(time.Time{})
+		select {
+		case ack := <-s.acks:
+			close(ack)
+		default:
+		}
+	}
+}
+
+// sync returns once everything written to the pipe before the call is
+// delivered (the runner flushes before its end record).
+func (s *stream) sync() {
+	select {
+	case <-s.acks: // left by a sync that gave up
+	default:
+	}
+	ack := make(chan struct{})
+	s.acks <- ack
+	_ = s.f.SetReadDeadline(time.Now())
+	t := time.NewTimer(syncWait)
+	defer t.Stop()
+	select {
+	case <-ack:
+	case <-s.eof:
+	case <-t.C:
+	}
+}

@@ -1,0 +1,191 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/jail"
+)
+
+func newTestSession(t *testing.T, files ...File) *Session {
+	t.Helper()
+	l := jail.DefaultLimits()
+	l.Timeout = time.Hour
+	ss, err := testEngine.NewSession(SessionSpec{Limits: l, Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ss.Close()
+		testEngine.Idle()
+		if left := testJails.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	return ss
+}
+
+func call(t *testing.T, ss *Session, code string, opts ...func(*Call)) *CallResult {
+	t.Helper()
+	c := &Call{Code: code, Timeout: 10 * time.Second, OutputBytes: 1 << 20, LastLineInteractive: true}
+	for _, o := range opts {
+		o(c)
+	}
+	res, err := ss.Exec(context.Background(), c)
+	if err != nil {
+		t.Fatalf("call %q: %v", code, err)
+	}
+	return res
+}
+
+func TestSessionKeepsState(t *testing.T) {
+	ss := newTestSession(t, File{Path: "in.txt", Data: []byte("data")})
+	r := call(t, ss, "import math\nx = 41\nopen('out.txt', 'w').write(open('in.txt').read())\nprint('one')")
+	if r.Status != StatusOK || string(r.Stdout) != "one\n" || r.Count != 1 {
+		t.Fatalf("call 1: %+v stderr %s", r, r.Stderr)
+	}
+	r = call(t, ss, "print(open('out.txt').read(), math.floor(2.5))\nx + 1")
+	if r.Status != StatusOK || string(r.Stdout) != "data 2\n42\n" || r.ResultRepr == nil || *r.ResultRepr != "42" || r.Count != 2 {
+		t.Fatalf("call 2: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
+	r = call(t, ss, "import sys\nprint('bye')\nsys.exit(3)")
+	if r.Status != StatusError || r.ExitCode != 3 || r.StateLost || string(r.Stdout) != "bye\n" {
+		t.Fatalf("call 3: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
+	r = call(t, ss, "x", func(c *Call) { c.Stdin = []byte("in\n") })
+	if r.Status != StatusOK || r.ResultRepr == nil || *r.ResultRepr != "41" {
+		t.Fatalf("call 4: %+v stderr %s", r, r.Stderr)
+	}
+	r = call(t, ss, "print(input())", func(c *Call) { c.Stdin = []byte("héllo\xff\n") })
+	if r.Status != StatusOK || !strings.HasPrefix(string(r.Stdout), "héllo") {
+		t.Fatalf("stdin: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
+	r = call(t, ss, "1/0")
+	if r.Status != StatusError || r.Exception == nil || r.Exception.Type != "ZeroDivisionError" || r.Exception.Line != 1 {
+		t.Fatalf("exception: %+v", r)
+	}
+}
+
+func TestSessionTimeoutKeepsState(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1")
+	r := call(t, ss, "while True: pass", func(c *Call) { c.Timeout = 500 * time.Millisecond })
+	if r.Status != StatusTimeout || r.StateLost || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" {
+		t.Fatalf("timeout: %+v stderr %s", r, r.Stderr)
+	}
+	r = call(t, ss, "x")
+	if r.ResultRepr == nil || *r.ResultRepr != "1" {
+		t.Fatalf("after timeout: %+v stderr %s", r, r.Stderr)
+	}
+}
+
+func TestSessionLosesStateOnlyWhenItMust(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1\nopen('/tmp/kept', 'w').write('k')\nopen('kept', 'w').write('k')")
+	start := time.Now()
+	r := call(t, ss, "import signal, subprocess\np = subprocess.Popen(['sleep', '1000'])\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+		func(c *Call) { c.Timeout = 300 * time.Millisecond })
+	if r.Status != StatusTimeout || !r.StateLost || r.LostReason != LostTimeout || r.Ended {
+		t.Fatalf("ignored SIGINT: %+v stderr %s", r, r.Stderr)
+	}
+	if d := time.Since(start); d < InterruptGrace {
+		t.Errorf("killed after %v, before the grace", d)
+	}
+	r = call(t, ss, "import os\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()), open('/tmp/kept').read(), open('kept').read())\nx")
+	if r.Exception == nil || r.Exception.Type != "NameError" || !strings.Contains(string(r.Stdout), "k k") {
+		t.Fatalf("after the loss: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
+	// init (1) and the runner only: the sleeper went with its interpreter.
+	if strings.Count(string(r.Stdout), "'") != 4 {
+		t.Errorf("processes after the loss: %s", r.Stdout)
+	}
+	r = call(t, ss, "import os\nos._exit(7)")
+	if !r.StateLost || r.LostReason != LostExited || r.ExitCode != 7 || r.Ended {
+		t.Fatalf("os._exit: %+v", r)
+	}
+	r = call(t, ss, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+	if !r.StateLost || r.LostReason != LostCrashed || r.Signal != 11 || r.Ended {
+		t.Fatalf("crash: %+v", r)
+	}
+	r = call(t, ss, "import os\nos._exit(1)")
+	if !r.StateLost || !r.Ended || r.EndReason != EndLosses {
+		t.Fatalf("third loss in a row: %+v", r)
+	}
+	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("call after the end: %v", err)
+	}
+}
+
+func TestSessionMemoryLimit(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1")
+	r := call(t, ss, "b = []\nwhile True: b.append(bytearray(16 << 20))")
+	if r.Status != StatusMemoryLimit || !r.StateLost || r.LostReason != LostMemory {
+		t.Fatalf("OOM: %+v stderr %s", r, r.Stderr)
+	}
+	r = call(t, ss, "print('alive')")
+	if r.Status != StatusOK || string(r.Stdout) != "alive\n" {
+		t.Fatalf("after OOM: %+v stderr %s", r, r.Stderr)
+	}
+}
+
+func TestSessionInterruptAndConflict(t *testing.T) {
+	ss := newTestSession(t)
+	done := make(chan *CallResult)
+	go func() {
+		res, _ := ss.Exec(context.Background(), &Call{Code: "import time\ny = 5\nwhile True: time.sleep(0.01)", Timeout: 30 * time.Second, OutputBytes: 1 << 20})
+		done <- res
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("concurrent call: %v", err)
+	}
+	ss.Interrupt()
+	select {
+	case r := <-done:
+		if r == nil || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" || r.StateLost || r.Status != StatusError {
+			t.Fatalf("interrupted: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("interrupt did not end the call")
+	}
+	if r := call(t, ss, "y"); r.ResultRepr == nil || *r.ResultRepr != "5" {
+		t.Fatalf("after interrupt: %+v", r)
+	}
+}
+
+func TestSessionFrozenBetweenCalls(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "import threading\ndef spin():\n    while True: pass\nthreading.Thread(target=spin, daemon=True).start()")
+	a := ss.st.j.Stats().CPU
+	time.Sleep(time.Second)
+	b := ss.st.j.Stats().CPU
+	if b-a > 50*time.Millisecond {
+		t.Errorf("an idle session used %v of CPU in 1s", b-a)
+	}
+	r := call(t, ss, "import time\ntime.sleep(0.3)")
+	if r.CPUTime < 100*time.Millisecond {
+		t.Errorf("the thread did not run during the call: cpu %v", r.CPUTime)
+	}
+}
+
+func TestSessionCloseLeavesNothing(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "import subprocess\nsubprocess.Popen(['sleep', '1000'])")
+	dir := ss.st.j.WorkDir()
+	ss.Close()
+	<-ss.Done()
+	testEngine.Idle()
+	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
+		t.Errorf("run dir still there: %v", err)
+	}
+	if ss.EndReason() != EndClosed {
+		t.Errorf("reason %q", ss.EndReason())
+	}
+}
