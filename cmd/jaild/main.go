@@ -98,12 +98,12 @@ func serve() error {
 		Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
 		MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
 		// Warm jails can serve any request within the callers' maxima.
-		Limits: server.EngineLimits(cfg.Maxima),
+		Limits: poolLimits(cfg),
 	}})
 	if err != nil {
 		return errors.Join(err, jails.Close(), closeNetwork(netm))
 	}
-	srv, err := server.New(cfg, engine, log)
+	srv, err := server.New(cfg, server.ServiceEngine{Service: engine}, log)
 	if err != nil {
 		return errors.Join(err, engine.Close(), closeNetwork(netm))
 	}
@@ -129,10 +129,24 @@ func serve() error {
 	running, queued := srv.Usage()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping+"\nSTATUS=stopping: "+strconv.Itoa(running)+" runs in progress, "+strconv.Itoa(queued)+" queued")
 	shutdown(hs, srv, cfg.ShutdownGrace.Duration, log)
+	srv.Close() // ends the sessions; engine.Close waits for their teardown
 	if !activated {
 		_ = os.Remove(cfg.Socket)
 	}
 	return errors.Join(engine.Close(), closeNetwork(netm))
+}
+
+// poolLimits are the warm jails' limits: the callers' maxima, so that a
+// warm jail can serve any request, and, with sessions, a CPU rlimit (from
+// Timeout) as high as a session's longest life: a session's interpreter
+// may use that much over its life. A single run lowers it to its own
+// before its code runs (runner.py).
+func poolLimits(cfg config.Config) jail.Limits {
+	l := server.EngineLimits(cfg.Maxima)
+	if cfg.Sessions.Enabled {
+		l.Timeout = max(l.Timeout, cfg.Sessions.AdminMaxTTL.Duration)
+	}
+	return l
 }
 
 // network starts egress when the configuration enables it: nil otherwise.

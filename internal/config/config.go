@@ -74,6 +74,26 @@ type Config struct {
 	Audit       Audit     `toml:"audit"`
 	Pool        Pool      `toml:"pool"`
 	Network     Network   `toml:"network"`
+	Sessions    Sessions  `toml:"sessions"`
+}
+
+// Sessions configures stateful sessions: jails whose interpreter lives
+// across calls.
+type Sessions struct {
+	Enabled   bool `toml:"enabled"`
+	MaxPerUID int  `toml:"max_per_uid"` // live sessions of one caller (429 beyond)
+	MaxTotal  int  `toml:"max_total"`   // live sessions of all callers (503 beyond)
+	// IdleTimeout is a session's default idle timeout, counted from the
+	// end of its last call; MaxIdleTimeout the most a caller may ask.
+	IdleTimeout    Duration `toml:"idle_timeout"`
+	MaxIdleTimeout Duration `toml:"max_idle_timeout"`
+	// TTL is a session's default absolute lifetime; MaxTTL the most a
+	// caller may ask, AdminMaxTTL an admin.
+	TTL         Duration `toml:"ttl"`
+	MaxTTL      Duration `toml:"max_ttl"`
+	AdminMaxTTL Duration `toml:"admin_max_ttl"`
+	// KeepEnded is how long an ended session stays visible to its owner.
+	KeepEnded Duration `toml:"keep_ended"`
 }
 
 // Network configures egress: whether a run may ask for "internet", who
@@ -157,6 +177,12 @@ func Default() Config {
 		Network: Network{
 			AllowGroup: "jaild-network", AllowHosts: []string{}, Subnet: "10.231.0.0/16", DNS: []string{}, Deny: []string{}, MaxConnections: 64,
 			MaxBytesPerSecond: 10 << 20, Table: "jaild", InterfacePrefix: "jd",
+		},
+		Sessions: Sessions{
+			Enabled: true, MaxPerUID: 4, MaxTotal: 64,
+			IdleTimeout: Duration{10 * time.Minute}, MaxIdleTimeout: Duration{time.Hour},
+			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
+			KeepEnded: Duration{10 * time.Minute},
 		},
 	}
 }
@@ -275,7 +301,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
-	errs = append(errs, c.Network.validate())
+	errs = append(errs, c.Network.validate(), c.Sessions.validate())
 	return errors.Join(errs...)
 }
 
@@ -356,6 +382,43 @@ func (n *Network) validate() error {
 	}
 	if !ifPrefix.MatchString(n.InterfacePrefix) {
 		bad("interface_prefix", "must be 1..8 letters, digits or -, starting with a letter, got %q", n.InterfacePrefix)
+	}
+	return errors.Join(errs...)
+}
+
+// MaxSessionTTL is the engine's bound on a session's lifetime.
+const MaxSessionTTL = 24 * time.Hour
+
+func (s *Sessions) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("sessions.%s: "+format, append([]any{key}, args...)...))
+	}
+	if s.MaxPerUID < 1 || s.MaxPerUID > 1024 {
+		bad("max_per_uid", "must be in 1..1024")
+	}
+	if s.MaxTotal < 1 || s.MaxTotal > 1024 {
+		bad("max_total", "must be in 1..1024 (jails at once are at most 1024)")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"idle_timeout", s.IdleTimeout.Duration}, {"max_idle_timeout", s.MaxIdleTimeout.Duration}, {"ttl", s.TTL.Duration}, {"max_ttl", s.MaxTTL.Duration}, {"admin_max_ttl", s.AdminMaxTTL.Duration}} {
+		if d.v < time.Second || d.v > MaxSessionTTL {
+			bad(d.key, "must be in 1s..%v, got %v", MaxSessionTTL, d.v)
+		}
+	}
+	if s.IdleTimeout.Duration > s.MaxIdleTimeout.Duration {
+		bad("idle_timeout", "(%v) is above sessions.max_idle_timeout (%v)", s.IdleTimeout.Duration, s.MaxIdleTimeout.Duration)
+	}
+	if s.TTL.Duration > s.MaxTTL.Duration {
+		bad("ttl", "(%v) is above sessions.max_ttl (%v)", s.TTL.Duration, s.MaxTTL.Duration)
+	}
+	if s.MaxTTL.Duration > s.AdminMaxTTL.Duration {
+		bad("max_ttl", "(%v) is above sessions.admin_max_ttl (%v)", s.MaxTTL.Duration, s.AdminMaxTTL.Duration)
+	}
+	if s.KeepEnded.Duration < 0 || s.KeepEnded.Duration > MaxSessionTTL {
+		bad("keep_ended", "must be in 0s..%v", MaxSessionTTL)
 	}
 	return errors.Join(errs...)
 }

@@ -57,6 +57,19 @@ func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res 
 	}
 }
 
+func (a *auditor) ranSession(who admission.Caller, id string, call int, code string, l jail.Limits, res *run.CallResult, queued, total time.Duration) {
+	sum := sha256.Sum256([]byte(code))
+	a.log.Info("audit", "op", "session_execute", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+		"session_id", id, "call", call, "run_id", res.ID, "code_sha256", hex.EncodeToString(sum[:]), "code_bytes", len(code),
+		"timeout_ms", l.Timeout.Milliseconds(), "status", res.Status, "exit_code", res.ExitCode, "signal", res.Signal,
+		"state_lost", res.StateLost, "lost_reason", res.LostReason,
+		"queue_ms", queued.Milliseconds(), "run_ms", res.Duration.Milliseconds(), "total_ms", total.Milliseconds(),
+		"cpu_ms", res.CPUTime.Milliseconds(), "peak_memory_bytes", res.PeakMemoryBytes)
+	if a.cfg.KeepCode {
+		a.keep(fmt.Sprintf("%s-%d", id, call), code)
+	}
+}
+
 // keep stores the code as <code_dir>/<run id>.py, cut at max_code_bytes.
 func (a *auditor) keep(id, code string) {
 	if int64(len(code)) > a.cfg.MaxCodeBytes {

@@ -85,14 +85,8 @@ func invalid(format string, args ...any) error {
 
 // jailRequest validates an execute request into the engine's typed form.
 func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*run.Request, error) {
-	if req.Code == "" {
-		return nil, errdefs.Field("code", "is required and must not be empty")
-	}
-	if len(req.Code) > maxCodeBytes {
-		return nil, errdefs.Field("code", "is %d bytes; the maximum is %d", len(req.Code), maxCodeBytes)
-	}
-	if strings.IndexByte(req.Code, 0) >= 0 {
-		return nil, errdefs.Field("code", "contains a NUL byte")
+	if err := checkRunCode(req.Code); err != nil {
+		return nil, err
 	}
 	limits, err := s.limits(req.Limits, who)
 	if err != nil {
@@ -105,12 +99,40 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 		}
 		jr.Stdin = []byte(*req.Stdin)
 	}
-	if len(req.Files) > run.MaxFiles {
-		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(req.Files), run.MaxFiles)
+	if jr.Files, err = decodeFiles(req.Files, limits.WorkspaceBytes); err != nil {
+		return nil, err
 	}
+	if err := checkPatterns(req.ReturnFiles); err != nil {
+		return nil, err
+	}
+	jr.ReturnFiles = req.ReturnFiles
+	if err := run.ValidateEnv(req.Env); err != nil {
+		return nil, err // a field error of env already
+	}
+	if jr.Network, err = s.network(req, who); err != nil {
+		return nil, err
+	}
+	return jr, nil
+}
+
+// checkRunCode checks code to run: checkCode, and not empty.
+func checkRunCode(code string) error {
+	if code == "" {
+		return errdefs.Field("code", "is required and must not be empty")
+	}
+	return checkCode(code)
+}
+
+// decodeFiles validates files and decodes their contents, at most
+// workspace bytes in total.
+func decodeFiles(files []api.FileIn, workspaceBytes int64) ([]run.File, error) {
+	if len(files) > run.MaxFiles {
+		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(files), run.MaxFiles)
+	}
+	var out []run.File
 	seen := map[string]bool{}
 	var total int64
-	for i, f := range req.Files {
+	for i, f := range files {
 		if err := workspace.ValidatePath(f.Path); err != nil {
 			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
 		}
@@ -123,27 +145,24 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 			return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
 		}
 		total += int64(len(data))
-		if total > limits.WorkspaceBytes {
-			return nil, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, limits.WorkspaceBytes)
+		if total > workspaceBytes {
+			return nil, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, workspaceBytes)
 		}
-		jr.Files = append(jr.Files, run.File{Path: f.Path, Data: data})
+		out = append(out, run.File{Path: f.Path, Data: data})
 	}
-	if len(req.ReturnFiles) > run.MaxPatterns {
-		return nil, errdefs.Field("return_files", "has %d entries; the maximum is %d", len(req.ReturnFiles), run.MaxPatterns)
+	return out, nil
+}
+
+func checkPatterns(patterns []string) error {
+	if len(patterns) > run.MaxPatterns {
+		return errdefs.Field("return_files", "has %d entries; the maximum is %d", len(patterns), run.MaxPatterns)
 	}
-	for i, p := range req.ReturnFiles {
+	for i, p := range patterns {
 		if err := workspace.ValidatePattern(p); err != nil {
-			return nil, errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
+			return errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
 		}
 	}
-	jr.ReturnFiles = req.ReturnFiles
-	if err := run.ValidateEnv(req.Env); err != nil {
-		return nil, err // a field error of env already
-	}
-	if jr.Network, err = s.network(req, who); err != nil {
-		return nil, err
-	}
-	return jr, nil
+	return nil
 }
 
 // network resolves a request's network and allow_hosts against the

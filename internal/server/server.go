@@ -29,6 +29,7 @@ import (
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/sessions"
 )
 
 // Engine is what the server needs to run requests: *run.Service, or a
@@ -41,14 +42,18 @@ type Engine interface {
 	Seccomp() *specs.LinuxSeccomp
 	PoolStats() run.PoolStats
 	CgroupMode() string
+	// NewSession makes a session: a jail whose interpreter lives across
+	// calls (see run.Session).
+	NewSession(spec run.SessionSpec) (Session, error)
 }
 
 // Server serves the API. Create it with New.
 type Server struct {
 	cfg     config.Config
 	engine  Engine
-	adm     *admission.Controller
-	log     *slog.Logger
+	adm      *admission.Controller
+	sessions *sessions.Manager
+	log      *slog.Logger
 	audit   *auditor
 	adminG  string // gid of the admin group, "" if it does not exist
 	netG    string // gid of network.allow_group, "" if none
@@ -97,6 +102,9 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
 		return nil, err
 	}
+	s.sessions = sessions.New(sessions.Config{
+		MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
+	})
 	s.baseCtx, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -128,6 +136,11 @@ func (s *Server) HTTPServer() *http.Server {
 // Abort cancels the context of every request in flight, which kills their
 // runs; used when the shutdown grace period is over.
 func (s *Server) Abort() { s.stop() }
+
+// Close ends every session (their jails are torn down by the engine,
+// whose Close waits for that) and stops the reaper. Call it after the
+// HTTP server has shut down.
+func (s *Server) Close() { s.sessions.Close() }
 
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
@@ -233,6 +246,14 @@ func (s *Server) Handler() http.Handler {
 	handle(http.MethodPost, "/v1/format", s.format)
 	handle(http.MethodGet, "/v1/info", s.info)
 	handle(http.MethodGet, "/v1/health", s.health)
+	handle2(mux, s, "/v1/sessions", map[string]func(http.ResponseWriter, *http.Request) error{
+		http.MethodPost: s.createSession, http.MethodGet: s.listSessions,
+	})
+	handle(http.MethodPost, "/v1/sessions/{id}/execute", s.sessionExecute)
+	handle(http.MethodPost, "/v1/sessions/{id}/interrupt", s.interruptSession)
+	handle2(mux, s, "/v1/sessions/{id}", map[string]func(http.ResponseWriter, *http.Request) error{
+		http.MethodGet: s.getSession, http.MethodDelete: s.deleteSession,
+	})
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", trimHeader(r.URL.Path)))
 	}
@@ -245,6 +266,27 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
+	})
+}
+
+// handle2 routes a path that takes several methods; the others get 405.
+func handle2(mux *http.ServeMux, s *Server, path string, hs map[string]func(http.ResponseWriter, *http.Request) error) {
+	var allow []string
+	for method, h := range hs {
+		mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				s.writeError(w, r, err)
+			}
+		})
+		allow = append(allow, method)
+		if method == http.MethodGet {
+			allow = append(allow, http.MethodHead)
+		}
+	}
+	slices.Sort(allow)
+	mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", path, strings.Join(allow, ", "), r.Method))
 	})
 }
 

@@ -763,12 +763,13 @@ def run_user_process(records, saver):
             except (OSError, ValueError, UnicodeError) as exc:
                 print(f"jaild runner: cannot prepare the call: {exc}", file=sys.stderr, flush=True)
                 os._exit(2)
+        if user_sigint is not None:  # None: a handler set from C stays
             signal.signal(signal.SIGINT, user_sigint)
         status, interrupted, exited = run_and_report(job, records, saver)
+        user_sigint = signal.getsignal(signal.SIGINT)
         if job.session:
             # Between calls a SIGINT (the daemon's interrupt, late) must
             # not end the runner; the user's handler comes back next call.
-            user_sigint = signal.getsignal(signal.SIGINT)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             records.emit({"type": "end", "status": status, "call": job.call})
             continue
@@ -826,6 +827,9 @@ def main():
     if __name__ != "__main__":
         sys.modules.pop(__name__, None)
     STARTUP_MODULES = frozenset(sys.modules)
+    # Until the user's code runs, a SIGINT (a session's interrupt sent as
+    # the interpreter starts) must not end the runner.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
     prepare_matplotlib(saver)

@@ -12,12 +12,14 @@ import fcntl
 import importlib.util
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 RUNNER = os.environ.get("JAILD_RUNNER") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
@@ -609,6 +611,438 @@ class TestStartup(RunnerTestCase):
         ).stdout
         r = self.run_job(probe + "\n")
         self.assertEqual((r.returncode, r.stdout), (0, needed), r.stderr)
+
+
+# How long any one read from a session jail may take before the test fails.
+SESSION_DEADLINE = 5.0
+_PID_NAMESPACE = None  # the unshare command line that works here, or []
+
+
+def pid_namespace_prefix():
+    """A command prefix that runs a program as pid 1 of a new pid namespace
+    (with its own /proc), or None. init's session mode kills every process
+    it can (kill(-1)), so its tests never run it in the test's own namespace."""
+    global _PID_NAMESPACE
+    if _PID_NAMESPACE is None:
+        _PID_NAMESPACE = []
+        base = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+        for prefix in (base, base[:1] + ["--user", "--map-root-user"] + base[1:]):
+            try:
+                probe = subprocess.run(prefix + ["sh", "-c", "test $$ = 1"], capture_output=True, timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if probe.returncode == 0:
+                _PID_NAMESPACE = prefix
+                break
+    return _PID_NAMESPACE or None
+
+
+class LineReader:
+    """Reads lines from a pipe, each within a deadline."""
+
+    def __init__(self, fd, name):
+        self.fd, self.name = fd, name
+        self.buf = b""
+        self.eof = False
+
+    def _fill(self, timeout):
+        """Read what arrives within timeout; False if nothing did."""
+        if self.eof:
+            return False
+        ready, _, _ = select.select([self.fd], [], [], max(timeout, 0))
+        if not ready:
+            return False
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.eof = True
+        self.buf += chunk
+        return True
+
+    def readline(self, timeout=SESSION_DEADLINE):
+        """The next line without its newline; None at EOF. Fails the test
+        when nothing comes within timeout."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf and not self.eof:
+            if not self._fill(deadline - time.monotonic()) and time.monotonic() >= deadline:
+                raise AssertionError(f"{self.name}: no line within {timeout}s (have {self.buf!r})")
+        if b"\n" in self.buf:
+            line, _, self.buf = self.buf.partition(b"\n")
+            return line.decode()
+        line, self.buf = self.buf, b""
+        return line.decode() if line else None
+
+    def pending(self, wait=0.0):
+        """Whole lines that arrive within wait seconds (none expected: a
+        short wait; they are returned to be checked)."""
+        deadline = time.monotonic() + wait
+        while self._fill(deadline - time.monotonic()):
+            if self.eof:
+                break
+        lines = self.buf.split(b"\n")
+        self.buf = lines.pop() if not self.eof else b""
+        return [line.decode() for line in lines if line]
+
+    def read_to_eof(self, timeout=SESSION_DEADLINE):
+        deadline = time.monotonic() + timeout
+        while not self.eof:
+            if not self._fill(deadline - time.monotonic()) and time.monotonic() >= deadline:
+                raise AssertionError(f"{self.name}: no EOF within {timeout}s")
+        data, self.buf = self.buf, b""
+        return data.decode()
+
+
+class SessionJail:
+    """init and the runner as a session jail has them: pid 1 of a pid
+    namespace of their own, jobs on fd 3, records on fd 4, and init's
+    CONTROL (fd 5, written here) and STATUS (fd 6, read here) pipes."""
+
+    def __init__(self, test, prefix, stdin=b""):
+        self.test = test
+        self.calls = 0
+        self.stdout_path = os.path.join(test.tmp, "stdout")
+        self.stderr_path = os.path.join(test.tmp, "stderr")
+        self.stdout_seen = 0
+        job_r, self.job_w = os.pipe()
+        rec_r, rec_w = os.pipe()
+        ctl_r, self.ctl_w = os.pipe()
+        st_r, st_w = os.pipe()
+        ends = (job_r, rec_w, ctl_r, st_w)  # onto fds 3, 4, 5, 6
+
+        def child_fds():
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 20) for fd in ends]
+            for target, fd in enumerate(high, 3):
+                os.dup2(fd, target)
+                os.close(fd)
+
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": test.tmp,
+            "LANG": "C.UTF-8",
+            "MPLCONFIGDIR": os.path.join(test.tmp, ".matplotlib"),
+        }
+        stdin_r, stdin_w = os.pipe()
+        os.write(stdin_w, stdin)  # the jail's fd 0; calls must not read it
+        os.close(stdin_w)
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                prefix + [INIT, sys.executable, "-s", "-B", "-c",
+                          f"import sys; sys.path[0] = {os.path.dirname(RUNNER)!r}; import runner; runner.main()"],
+                cwd=test.workspace,
+                env=env,
+                stdin=stdin_r,
+                stdout=out,
+                stderr=err,
+                close_fds=False,  # the pipes are non-inheritable; fds 3-6 are set up in child_fds
+                preexec_fn=child_fds,
+            )
+        for fd in ends + (stdin_r,):
+            os.close(fd)
+        self.records = LineReader(rec_r, "records")
+        self.status = LineReader(st_r, "status")
+        test.addCleanup(self.close)
+
+    def close(self):
+        for fd in (self.ctl_w, self.job_w):
+            if fd is not None:
+                os.close(fd)
+        self.ctl_w = self.job_w = None
+        try:
+            self.proc.wait(timeout=SESSION_DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # unshare --kill-child takes init, and so the namespace, with it
+            self.proc.wait()
+        for reader in (self.records, self.status):
+            if reader.fd is not None:
+                os.close(reader.fd)
+                reader.fd = None
+
+    def command(self, cmds):
+        os.write(self.ctl_w, cmds.encode())
+
+    def close_control(self):
+        os.close(self.ctl_w)
+        self.ctl_w = None
+
+    def write_job(self, job, last=False):
+        os.write(self.job_w, json.dumps(job).encode() + b"\n")
+        if last:  # nothing may follow a job without "more" but EOF
+            os.close(self.job_w)
+            self.job_w = None
+
+    def submit(self, code, **fields):
+        """Send a call; returns its number."""
+        self.calls += 1
+        job = {"code": code, "filename": f"call-{self.calls}.py", "last_line_interactive": False,
+               "figures_dir": self.test.figures, "max_figures": 16, "session": True, "call": self.calls}
+        job.update(fields)
+        self.write_job(job)
+        return self.calls
+
+    def next_record(self, timeout=SESSION_DEADLINE):
+        while True:
+            line = self.records.readline(timeout)
+            if line is None:
+                raise AssertionError(f"records: EOF; stderr: {self.stderr()!r}")
+            if line.strip():
+                return json.loads(line)
+
+    def records_to_end(self):
+        """The records up to and including the next end record."""
+        got = []
+        while not got or got[-1].get("type") != "end":
+            got.append(self.next_record())
+        return got
+
+    def call(self, code, **fields):
+        """Run a call to its end; returns (records, end record, new stdout)."""
+        n = self.submit(code, **fields)
+        recs = self.records_to_end()
+        end = recs.pop()
+        self.test.assertEqual(end.get("call"), n, recs)
+        return recs, end, self.stdout()
+
+    def stdout(self):
+        """What the jail wrote to stdout since the last look."""
+        with open(self.stdout_path, "rb") as f:
+            f.seek(self.stdout_seen)
+            data = f.read()
+        self.stdout_seen += len(data)
+        return data.decode()
+
+    def stderr(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode()
+
+    def wait_stdout(self, text, timeout=SESSION_DEADLINE):
+        """Wait until stdout (since the last look) holds text; returns it."""
+        deadline = time.monotonic() + timeout
+        seen = ""
+        while text not in seen:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"stdout: no {text!r} within {timeout}s (have {seen!r}); stderr: {self.stderr()!r}")
+            time.sleep(0.01)
+            seen += self.stdout()
+        return seen
+
+    def wait_exit(self, timeout=SESSION_DEADLINE):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"init did not exit within {timeout}s") from None
+
+
+class SessionModeTest(RunnerTestCase):
+    """init.c's session mode (fds 5 and 6) with the runner's session jobs,
+    as internal/run/session.go drives them."""
+
+    def setUp(self):
+        super().setUp()
+        self.prefix = pid_namespace_prefix()
+        if self.prefix is None:
+            self.skipTest("no new pid namespace here (unshare): session mode's kill(-1) must stay in one")
+
+    def start(self, session=True, stdin=b""):
+        jail = SessionJail(self, self.prefix, stdin=stdin)
+        if session:
+            jail.command("s")  # as the daemon does before anything can end the runner
+        return jail
+
+    def assertNoStatus(self, jail, wait=0.0):
+        self.assertEqual(jail.status.pending(wait), [])
+
+    def test_state_persists_between_calls(self):
+        jail = self.start()
+        recs, end, out = jail.call("x = 41\nprint('set')\n")
+        self.assertEqual((recs, end, out), ([], {"type": "end", "status": 0, "call": 1}, "set\n"))
+        recs, end, _ = jail.call("import math\n1 / 0\n")
+        self.assertEqual([r["exc_type"] for r in recs], ["ZeroDivisionError"])
+        self.assertEqual(end, {"type": "end", "status": 1, "call": 2})
+        recs, end, out = jail.call("x + 1 if math.pi > 3 else 0\n", last_line_interactive=True)
+        self.assertEqual(recs, [{"type": "result", "repr": "42", "truncated": False}])
+        self.assertEqual((end, out), ({"type": "end", "status": 0, "call": 3}, "42\n"))
+        self.assertNoStatus(jail)
+        self.assertIn("ZeroDivisionError", jail.stderr())
+        self.assertNoRunnerFrames(jail.stderr())
+
+    def test_system_exit_ends_only_the_call(self):
+        jail = self.start()
+        jail.call("x = 1\n")
+        recs, end, out = jail.call("import sys\nprint('before')\nsys.exit(3)\nprint('after')\n")
+        self.assertEqual((recs, end["status"], out), ([], 3, "before\n"))
+        recs, end, _ = jail.call("raise SystemExit('bye')\n")
+        self.assertEqual((recs, end["status"]), ([], 1))
+        self.assertIn("bye\n", jail.stderr())
+        recs, end, _ = jail.call("sys.exit()\n")
+        self.assertEqual((recs, end["status"]), ([], 0))
+        recs, end, out = jail.call("print(x)\n")
+        self.assertEqual((recs, end["status"], out), ([], 0, "1\n"))
+        self.assertNoStatus(jail)
+
+    def test_stdin_per_call(self):
+        jail = self.start(stdin=b"from fd 0\n")
+        recs, end, out = jail.call("print(input())\n", stdin="hello\n")
+        self.assertEqual((recs, end["status"], out), ([], 0, "hello\n"))
+        # Bytes as code points: UTF-8 "é" arrives as two characters.
+        recs, end, out = jail.call("import sys\nprint(ascii(sys.stdin.read()))\n", stdin="caf\u00c3\u00a9")
+        self.assertEqual((end["status"], out), (0, "'caf\\xe9'\n"))
+        # Neither the earlier call's stdin nor the jail's fd 0.
+        recs, end, out = jail.call("print(input())\n")
+        self.assertEqual([r["exc_type"] for r in recs], ["EOFError"])
+        self.assertEqual((end["status"], out), (1, ""))
+        recs, end, out = jail.call("print(repr(input()))\n", stdin=None)
+        self.assertEqual([r["exc_type"] for r in recs], ["EOFError"])
+
+    def test_interrupt_ends_the_call_and_keeps_state(self):
+        jail = self.start()
+        jail.call("x = 41\n")
+        jail.submit("y = 'kept'\nprint('looping', flush=True)\nwhile True:\n    pass\n")
+        jail.wait_stdout("looping\n")
+        jail.command("i")
+        recs = jail.records_to_end()
+        self.assertEqual(recs[-1], {"type": "end", "status": 1, "call": 2})
+        (exc,) = recs[:-1]
+        self.assertEqual((exc["type"], exc["exc_type"]), ("exception", "KeyboardInterrupt"))
+        self.assertIn(exc["line"], (3, 4))  # in the loop
+        self.assertIn("KeyboardInterrupt", jail.stderr())
+        self.assertNoRunnerFrames(jail.stderr())
+        recs, end, out = jail.call("(x, y)\n", last_line_interactive=True)
+        self.assertEqual(recs, [{"type": "result", "repr": "(41, 'kept')", "truncated": False}])
+        self.assertEqual(end["status"], 0)
+        # A handler the user installed in one call is theirs in the next.
+        recs, end, out = jail.call(
+            "import signal\n"
+            "def h(*a): print('handled', flush=True)\n"
+            "signal.signal(signal.SIGINT, h)\n"
+        )
+        self.assertEqual(end["status"], 0)
+        jail.submit("import time\nprint('waiting', flush=True)\nfor _ in range(500):\n    time.sleep(0.01)\n")
+        jail.wait_stdout("waiting\n")
+        jail.command("i")
+        self.assertEqual(jail.wait_stdout("handled\n"), "handled\n")
+        jail.command("k")
+        self.assertEqual(jail.status.readline(), "exit -1 9")
+
+    def test_sigint_between_calls_is_ignored(self):
+        jail = self.start()
+        recs, end, _ = jail.call("import os\nx = 1\npid = os.getpid()\n")
+        self.assertEqual(end["status"], 0)
+        jail.command("ii")
+        time.sleep(0.2)  # init has sent them, to a runner waiting for its job
+        self.assertNoStatus(jail)
+        recs, end, out = jail.call("print(x + 1, os.getpid() == pid)\n")
+        self.assertEqual((recs, end["status"], out), ([], 0, "2 True\n"))
+        self.assertNoStatus(jail)
+
+    def test_kill_and_restart(self):
+        jail = self.start()
+        recs, end, out = jail.call(
+            "import subprocess\n"
+            "x = 5\n"
+            "with open('kept.txt', 'w') as f:\n"
+            "    f.write('kept')\n"
+            "p = subprocess.Popen(['sleep', '1000'])\n"
+            "print(p.pid)\n"
+        )
+        self.assertEqual(end["status"], 0, jail.stderr())
+        sleep_pid = int(out)
+        jail.submit(
+            "import signal\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print('looping', flush=True)\n"
+            "while True:\n"
+            "    pass\n"
+        )
+        jail.wait_stdout("looping\n")
+        # Part of a job the killed interpreter never read is not the next one's.
+        os.write(jail.job_w, b'{"code": "print(\'stale\')", "session": true')
+        jail.command("i")  # ignored by the code: the call goes on
+        self.assertEqual(jail.records.pending(0.2), [])
+        self.assertNoStatus(jail)
+        jail.command("k")
+        self.assertEqual(jail.status.readline(), "exit -1 9")
+        # init reaped every process before saying so; the killed call has no end.
+        self.assertEqual([r for r in jail.records.pending() if r.strip()], [])
+        jail.command("r")
+        self.assertEqual(jail.status.readline(), "started")
+        recs, end, out = jail.call(
+            "import os\n"
+            "procs = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+            f"print(procs == [1, os.getpid()], os.path.exists('/proc/{sleep_pid}'), open('kept.txt').read())\n"
+        )
+        self.assertEqual((recs, end["status"], out), ([], 0, "True False kept\n"), jail.stderr())
+        recs, end, _ = jail.call("x\n")
+        self.assertEqual([(r["exc_type"], r["message"]) for r in recs], [("NameError", "name 'x' is not defined")])
+        self.assertEqual(end["status"], 1)
+        self.assertNoStatus(jail)
+
+    def test_crash_and_restart(self):
+        jail = self.start()
+        jail.call("x = 1\n")
+        jail.submit("import os\nos._exit(7)\n")
+        self.assertEqual(jail.status.readline(), "exit 7 0")
+        self.assertEqual([r for r in jail.records.pending() if r.strip()], [])
+        jail.command("r")
+        self.assertEqual(jail.status.readline(), "started")
+        recs, end, out = jail.call("print('alive', 'x' in globals())\n")
+        self.assertEqual((recs, end, out), ([], {"type": "end", "status": 0, "call": 3}, "alive False\n"))
+        # The fresh runner's end (EOF on its jobs) is a loss as well.
+        jail.submit("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+        self.assertEqual(jail.status.readline(), "exit -1 9")
+        jail.command("r")
+        self.assertEqual(jail.status.readline(), "started")
+        recs, end, out = jail.call("print('again')\n")
+        self.assertEqual((end["status"], out), (0, "again\n"))
+
+    def test_control_eof_ends_the_jail(self):
+        jail = self.start()
+        jail.call("x = 1\n")
+        jail.close_control()  # the daemon is gone, the runner waits for a job
+        self.assertEqual(jail.status.readline(), "exit -1 9")
+        self.assertIsNone(jail.status.readline())
+        self.assertEqual(jail.wait_exit(), 0)
+        self.assertEqual(jail.records.read_to_eof().strip(), "")
+
+    def test_control_eof_while_waiting_for_restart(self):
+        jail = self.start()
+        jail.submit("import os\nos._exit(0)\n")
+        self.assertEqual(jail.status.readline(), "exit 0 0")
+        jail.close_control()
+        self.assertIsNone(jail.status.readline())
+        self.assertEqual(jail.wait_exit(), 0)
+
+    def test_without_session_mode_init_ends_with_the_runner(self):
+        # fds 5 and 6 given, 's' never written: as before sessions.
+        for code, want, exit_records in (
+            ("print('hi')\nimport sys\nsys.exit(5)\n", 5, []),
+            ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 128 + signal.SIGKILL,
+             [{"type": "exit", "signal": signal.SIGKILL}]),
+        ):
+            with self.subTest(code=code):
+                jail = self.start(session=False)
+                jail.write_job({"code": code, "filename": "main.py"}, last=True)
+                self.assertEqual(jail.wait_exit(), want, jail.stderr())
+                records = [json.loads(line) for line in jail.records.read_to_eof().splitlines() if line.strip()]
+                self.assertEqual(records, exit_records)
+                self.assertIsNone(jail.status.readline())
+                jail.close()
+        # 'i' interrupts a single run, which ends as Python would (by SIGINT).
+        jail = self.start(session=False)
+        jail.write_job({"code": "print('looping', flush=True)\nwhile True:\n    pass\n", "filename": "main.py"}, last=True)
+        jail.wait_stdout("looping\n")
+        jail.command("i")
+        self.assertEqual(jail.wait_exit(), 128 + signal.SIGINT, jail.stderr())
+        records = [json.loads(line) for line in jail.records.read_to_eof().splitlines() if line.strip()]
+        self.assertEqual([r["type"] for r in records], ["exception", "exit"])
+        self.assertIsNone(jail.status.readline())
+        # Jobs with "more", then EOF on the jobs: status 0, no status line.
+        jail = self.start(session=False)
+        jail.write_job({"code": "x = 1", "more": True})
+        self.assertEqual(jail.next_record(), {"type": "end", "status": 0})
+        os.close(jail.job_w)
+        jail.job_w = None
+        self.assertEqual(jail.wait_exit(), 0)
+        self.assertIsNone(jail.status.readline())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -30,9 +30,12 @@ import (
 // and ends ok when nil); every request it got is kept in Requests.
 type Engine struct {
 	RunFunc func(ctx context.Context, req *run.Request) (*run.Result, error)
+	// SessionExec, when set, answers the calls of sessions made after.
+	SessionExec func(ctx context.Context, c *run.Call) (*run.CallResult, error)
 
 	mu       sync.Mutex
 	requests []*run.Request
+	sessions []*Session
 }
 
 // Run records req and answers with RunFunc.
@@ -129,6 +132,7 @@ func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 	t.Cleanup(func() {
 		_ = hs.Close()
 		<-done
+		h.Server.Close()
 	})
 	h.Client = client.New(h.Socket)
 	return h

@@ -1,0 +1,99 @@
+package api
+
+import "time"
+
+// SessionCreateRequest is the body of POST /v1/sessions. Limits are the
+// session's jail's for its whole life (memory_mb, pids, file_size_mb) and
+// its calls' defaults (timeout_ms, output_bytes).
+type SessionCreateRequest struct {
+	Limits       *Limits           `json:"limits,omitempty"`
+	IdleTimeoutS *int64            `json:"idle_timeout_s,omitempty"`
+	TTLS         *int64            `json:"ttl_s,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Network      string            `json:"network,omitempty"`
+	AllowHosts   []string          `json:"allow_hosts,omitempty"`
+	Files        []FileIn          `json:"files,omitempty"`
+}
+
+// Session describes a session: the 201 body of POST /v1/sessions, and the
+// body of GET and DELETE /v1/sessions/{id}.
+type Session struct {
+	SessionID    string      `json:"session_id"`
+	CreatedAt    time.Time   `json:"created_at"`
+	ExpiresAt    time.Time   `json:"expires_at"`
+	IdleTimeoutS int64       `json:"idle_timeout_s"`
+	Limits       LimitValues `json:"limits"`
+	// State is "idle", "running" (a call is in progress) or "ended".
+	State string `json:"state"`
+	// EndReason says why an ended session ended: "deleted",
+	// "idle_timeout", "expired", "repeated_losses", "daemon_shutdown",
+	// "jail_ended", "restart_failed", "connection_closed"; null while
+	// it lives.
+	EndReason      *string   `json:"end_reason"`
+	ExecutionCount int       `json:"execution_count"`
+	LastUsedAt     time.Time `json:"last_used_at"`
+	// Network is "none" or "internet".
+	Network string `json:"network"`
+	// Warm: the session's jail came from the warm pool.
+	Warm bool `json:"warm"`
+	// UID is the owner's uid (admins list everyone's).
+	UID uint32 `json:"uid"`
+}
+
+// Session states.
+const (
+	SessionIdle    = "idle"
+	SessionRunning = "running"
+	SessionEnded   = "ended"
+)
+
+// SessionList is the body of GET /v1/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// SessionExecuteRequest is the body of POST /v1/sessions/{id}/execute:
+// the body of /v1/execute without the jail's fields (env, network and
+// allow_hosts, limits other than timeout_ms and output_bytes are the
+// session's). LastLineInteractive defaults to true.
+type SessionExecuteRequest struct {
+	Code                string   `json:"code"`
+	Stdin               *string  `json:"stdin,omitempty"`
+	Files               []FileIn `json:"files,omitempty"`
+	ReturnFiles         []string `json:"return_files,omitempty"`
+	Limits              *Limits  `json:"limits,omitempty"`
+	LastLineInteractive *bool    `json:"last_line_interactive,omitempty"`
+	// Refused with a clear message: they are the session's.
+	Env        map[string]string `json:"env,omitempty"`
+	Network    string            `json:"network,omitempty"`
+	AllowHosts []string          `json:"allow_hosts,omitempty"`
+}
+
+// SessionExecuteResponse is the 200 body of POST /v1/sessions/{id}/execute.
+type SessionExecuteResponse struct {
+	ExecuteResponse
+	// ExecutionCount is the call's number in the session, from 1.
+	ExecutionCount int           `json:"execution_count"`
+	Session        SessionStatus `json:"session"`
+}
+
+// SessionStatus is what became of the session during a call.
+type SessionStatus struct {
+	SessionID string  `json:"session_id"`
+	State     string  `json:"state"`
+	EndReason *string `json:"end_reason"`
+	// StateLost: the interpreter ended during the call and the next call
+	// gets a fresh one (workspace and /tmp kept); LostReason says why:
+	// "timeout", "memory_limit", "cpu_limit", "output_limit",
+	// "cancelled", "crashed", "exited".
+	StateLost  bool    `json:"state_lost"`
+	LostReason *string `json:"lost_reason"`
+}
+
+// SessionInterruptResponse is the 200 body of POST
+// /v1/sessions/{id}/interrupt.
+type SessionInterruptResponse struct {
+	// Interrupted: a call was running and got SIGINT.
+	Interrupted bool    `json:"interrupted"`
+	Session     Session `json:"session"`
+}

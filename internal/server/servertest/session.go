@@ -1,0 +1,108 @@
+package servertest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/server"
+)
+
+// Session is a fake session: each call "prints" its code and ends ok,
+// unless ExecFunc says otherwise.
+type Session struct {
+	Spec     run.SessionSpec
+	ExecFunc func(ctx context.Context, c *run.Call) (*run.CallResult, error)
+
+	mu          sync.Mutex
+	calls       int
+	interrupts  int
+	done        chan struct{}
+	closeOnce   sync.Once
+	reason      string
+	interrupted chan struct{}
+}
+
+// NewSession makes a fake session and keeps it in Sessions.
+func (e *Engine) NewSession(spec run.SessionSpec) (server.Session, error) {
+	if err := spec.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Session{Spec: spec, done: make(chan struct{}), interrupted: make(chan struct{}, 16)}
+	e.mu.Lock()
+	e.sessions = append(e.sessions, s)
+	f := e.SessionExec
+	e.mu.Unlock()
+	s.ExecFunc = f
+	return s, nil
+}
+
+// Sessions returns the sessions made so far.
+func (e *Engine) Sessions() []*Session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*Session(nil), e.sessions...)
+}
+
+// Exec answers a call.
+func (s *Session) Exec(ctx context.Context, c *run.Call) (*run.CallResult, error) {
+	s.mu.Lock()
+	s.calls++
+	n, f := s.calls, s.ExecFunc
+	s.mu.Unlock()
+	if f != nil {
+		return f(ctx, c)
+	}
+	return &run.CallResult{Count: n, Result: run.Result{ID: jail.NewID(), Status: run.StatusOK, Stdout: []byte(c.Code)}}, nil
+}
+
+// Interrupt counts interrupts and signals Interrupted.
+func (s *Session) Interrupt() {
+	s.mu.Lock()
+	s.interrupts++
+	s.mu.Unlock()
+	select {
+	case s.interrupted <- struct{}{}:
+	default:
+	}
+}
+
+// Interrupted receives one value per Interrupt.
+func (s *Session) Interrupted() <-chan struct{} { return s.interrupted }
+
+// End ends the session by itself with reason (as repeated losses would).
+func (s *Session) End(reason string) {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.reason = reason
+		s.mu.Unlock()
+		close(s.done)
+	})
+}
+
+// Close ends the session.
+func (s *Session) Close() { s.End(run.EndClosed) }
+
+// Closed reports whether the session ended.
+func (s *Session) Closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Done is closed when the session ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// EndReason says why.
+func (s *Session) EndReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// Warm reports false.
+func (s *Session) Warm() bool { return false }

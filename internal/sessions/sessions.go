@@ -1,0 +1,449 @@
+// Package sessions keeps the daemon's table of stateful sessions: who owns
+// each, the per-caller and total caps, one call at a time, and the reaper
+// that ends idle and expired sessions on a timer of its own (it never
+// waits on a client). Ended sessions stay visible to their owner for a
+// while with the reason they ended, then vanish. The sessions themselves
+// (jails) are behind Handle; this package needs no root.
+package sessions
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/internal/errdefs"
+)
+
+// Handle is a live session of the engine (*run.Session).
+type Handle interface {
+	// Interrupt sends SIGINT to the call in progress, if any.
+	Interrupt()
+	// Close ends the session and tears its jail down.
+	Close()
+	// Done is closed when the session ended by itself or by Close.
+	Done() <-chan struct{}
+	// EndReason says why, once Done is closed.
+	EndReason() string
+}
+
+// Reasons a session ended, besides the engine's own (run.End*).
+const (
+	EndDeleted       = "deleted"
+	EndIdle          = "idle_timeout"
+	EndExpired       = "expired"
+	EndShutdown      = "daemon_shutdown"
+	EndRestart       = "daemon_restart"
+	EndConnectionEnd = "connection_closed"
+)
+
+// States of a session.
+const (
+	StateIdle    = "idle"
+	StateRunning = "running"
+	StateEnded   = "ended"
+)
+
+// Config configures a Manager.
+type Config struct {
+	MaxPerUID int
+	MaxTotal  int
+	// KeepEnded is how long an ended session stays listed.
+	KeepEnded time.Duration
+	// Tick is the reaper's period; 0 means one second.
+	Tick time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Caller is who asks.
+type Caller struct {
+	UID   uint32
+	Admin bool
+}
+
+// Info is a session's record, as a snapshot.
+type Info struct {
+	ID          string
+	Owner       uint32
+	Created     time.Time
+	Expires     time.Time
+	LastUsed    time.Time
+	IdleTimeout time.Duration
+	State       string
+	EndReason   string
+	Calls       int
+	// Meta is the caller's business (limits, network, ...), kept as given.
+	Meta any
+}
+
+type entry struct {
+	Info
+	h       Handle
+	endedAt time.Time
+}
+
+// Manager is the table. Create it with New and Close it.
+type Manager struct {
+	cfg      Config
+	instance string // this daemon's ids start with it
+	started  time.Time
+
+	mu       sync.Mutex
+	byID     map[string]*entry
+	reserved map[uint32]int // creations in progress, by owner
+	closed   bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New returns a Manager and starts its reaper.
+func New(cfg Config) *Manager {
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	now := cfg.Now()
+	m := &Manager{
+		cfg: cfg, started: now,
+		// The daemon's start time leads every id: an id of an earlier
+		// daemon is told apart from one that never existed.
+		instance: strconv.FormatInt(now.UnixMilli(), 36),
+		byID:     map[string]*entry{}, reserved: map[uint32]int{}, stop: make(chan struct{}),
+	}
+	m.wg.Go(m.reap)
+	return m
+}
+
+func newID(instance string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + instance + "-" + hex.EncodeToString(b[:])
+}
+
+// Reservation is a place held for a session being created.
+type Reservation struct {
+	m     *Manager
+	owner uint32
+	once  sync.Once
+}
+
+// Release gives the place back (the creation failed); after Add it does
+// nothing.
+func (r *Reservation) Release() { r.once.Do(func() { r.m.unreserve(r.owner) }) }
+
+// Reserve holds a place for a session owner is about to create, checking
+// the caps: the caller's (errdefs.ErrRateLimited: 429) and the daemon's
+// (errdefs.ErrUnavailable: 503). Release it when the creation failed, or
+// pass it to Add.
+func (m *Manager) Reserve(owner uint32) (*Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
+	}
+	mine, total := m.reserved[owner], 0
+	for _, n := range m.reserved {
+		total += n
+	}
+	for _, e := range m.byID {
+		if e.State == StateEnded {
+			continue
+		}
+		total++
+		if e.Owner == owner {
+			mine++
+		}
+	}
+	if mine >= m.cfg.MaxPerUID {
+		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d has %d live sessions, the most one caller may have (sessions.max_per_uid); end one with DELETE /v1/sessions/{id}", owner, mine)
+	}
+	if total >= m.cfg.MaxTotal {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon has %d live sessions, its most (sessions.max_total); try again later", total)
+	}
+	m.reserved[owner]++
+	return &Reservation{m: m, owner: owner}, nil
+}
+
+func (m *Manager) unreserve(owner uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reserved[owner]--; m.reserved[owner] <= 0 {
+		delete(m.reserved, owner)
+	}
+}
+
+// Add records a session created under a reservation (which it takes
+// over) and returns its snapshot with its id. After Close it closes h.
+func (m *Manager) Add(r *Reservation, h Handle, idle, ttl time.Duration, meta any) (Info, error) {
+	now := m.cfg.Now()
+	e := &entry{h: h, Info: Info{
+		ID: newID(m.instance), Owner: r.owner, Created: now, Expires: now.Add(ttl), LastUsed: now,
+		IdleTimeout: idle, State: StateIdle, Meta: meta,
+	}}
+	added := false
+	r.once.Do(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.reserved[r.owner]--; m.reserved[r.owner] <= 0 {
+			delete(m.reserved, r.owner)
+		}
+		if !m.closed {
+			m.byID[e.ID] = e
+			added = true
+		}
+	})
+	if !added {
+		h.Close()
+		return Info{}, errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
+	}
+	return e.Info, nil
+}
+
+// lookup finds id for who under m.mu: another caller's session is not
+// found, as one that never existed.
+func (m *Manager) lookup(id string, who Caller) (*entry, error) {
+	e, ok := m.byID[id]
+	if !ok || (e.Owner != who.UID && !who.Admin) {
+		if inst, ok := instanceOf(id); ok && inst != m.instance {
+			if t, err := strconv.ParseInt(inst, 36, 64); err == nil && time.UnixMilli(t).Before(m.started) {
+				return nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s): the daemon restarted at %s, and sessions end with the daemon that made them", id, EndRestart, m.started.UTC().Format(time.RFC3339))
+			}
+		}
+		return nil, errdefs.New(errdefs.ErrNotFound, "no session %s (sessions are visible to the uid that made them; ended ones stay listed for %v)", clip(id), m.cfg.KeepEnded)
+	}
+	m.refresh(e)
+	return e, nil
+}
+
+// instanceOf returns the instance part of a well-formed id.
+func instanceOf(id string) (string, bool) {
+	parts := strings.Split(id, "-")
+	if len(parts) != 3 || parts[0] != "s" || len(parts[2]) != 24 || len(parts[1]) == 0 || len(parts[1]) > 12 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(parts[2]); err != nil {
+		return "", false
+	}
+	return parts[1], true
+}
+
+func clip(id string) string {
+	if len(id) > 64 {
+		return strconv.Quote(id[:64]) + "..."
+	}
+	return strconv.Quote(id)
+}
+
+// refresh notices, under m.mu, a session that ended by itself.
+func (m *Manager) refresh(e *entry) {
+	if e.State == StateEnded {
+		return
+	}
+	select {
+	case <-e.h.Done():
+		m.markEnded(e, e.h.EndReason())
+	default:
+	}
+}
+
+func (m *Manager) markEnded(e *entry, reason string) {
+	if e.State == StateEnded {
+		return
+	}
+	e.State, e.EndReason, e.endedAt = StateEnded, reason, m.cfg.Now()
+}
+
+// Get returns the snapshot of id as who may see it.
+func (m *Manager) Get(id string, who Caller) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		return Info{}, err
+	}
+	return e.Info, nil
+}
+
+// List returns who's sessions (an admin's: everyone's), oldest first.
+func (m *Manager) List(who Caller) []Info {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Info
+	for _, e := range m.byID {
+		if e.Owner == who.UID || who.Admin {
+			m.refresh(e)
+			out = append(out, e.Info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) || out[i].Created.Equal(out[j].Created) && out[i].ID < out[j].ID })
+	return out
+}
+
+// Begin starts a call of id for who: errdefs.ErrConflict while another
+// call runs or after the session ended. done ends the call.
+func (m *Manager) Begin(id string, who Caller) (h Handle, info Info, done func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		return nil, Info{}, nil, err
+	}
+	switch e.State {
+	case StateEnded:
+		return nil, Info{}, nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s)", id, e.EndReason)
+	case StateRunning:
+		return nil, Info{}, nil, errdefs.New(errdefs.ErrConflict, "session %s is running another call; wait for it or POST /v1/sessions/%s/interrupt", id, id)
+	}
+	e.State, e.LastUsed = StateRunning, m.cfg.Now()
+	e.Calls++
+	var once sync.Once
+	return e.h, e.Info, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			e.LastUsed = m.cfg.Now()
+			if e.State == StateRunning {
+				e.State = StateIdle
+			}
+			m.refresh(e)
+		})
+	}, nil
+}
+
+// Interrupt interrupts id's call in progress; it reports whether one ran.
+func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		return false, Info{}, err
+	}
+	if e.State != StateRunning {
+		return false, e.Info, nil
+	}
+	e.h.Interrupt()
+	return true, e.Info, nil
+}
+
+// Delete ends id at once (a call in progress is killed) and returns its
+// last snapshot. Deleting an ended session is not an error.
+func (m *Manager) Delete(id string, who Caller) (Info, error) {
+	return m.end(id, who, EndDeleted)
+}
+
+// End ends id for a reason of the caller's (EndConnectionEnd).
+func (m *Manager) End(id string, who Caller, reason string) (Info, error) {
+	return m.end(id, who, reason)
+}
+
+func (m *Manager) end(id string, who Caller, reason string) (Info, error) {
+	m.mu.Lock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		m.mu.Unlock()
+		return Info{}, err
+	}
+	live := e.State != StateEnded
+	m.markEnded(e, reason)
+	info := e.Info
+	m.mu.Unlock()
+	if live {
+		e.h.Close()
+	}
+	return info, nil
+}
+
+// Close ends every session (daemon_shutdown) and stops the reaper.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	var live []Handle
+	for _, e := range m.byID {
+		if e.State != StateEnded {
+			m.markEnded(e, EndShutdown)
+			live = append(live, e.h)
+		}
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+	for _, h := range live {
+		h.Close()
+	}
+}
+
+// Counts are the live sessions and those running a call.
+func (m *Manager) Counts() (live, running int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.byID {
+		m.refresh(e)
+		switch e.State {
+		case StateRunning:
+			running++
+			live++
+		case StateIdle:
+			live++
+		}
+	}
+	return live, running
+}
+
+func (m *Manager) reap() {
+	t := time.NewTicker(m.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.ReapNow()
+		}
+	}
+}
+
+// ReapNow ends the sessions past their idle timeout or lifetime and drops
+// ended ones kept long enough. The reaper calls it every tick.
+func (m *Manager) ReapNow() {
+	now := m.cfg.Now()
+	var closing []Handle
+	m.mu.Lock()
+	for id, e := range m.byID {
+		m.refresh(e)
+		switch {
+		case e.State == StateEnded:
+			if now.Sub(e.endedAt) >= m.cfg.KeepEnded {
+				delete(m.byID, id)
+			}
+		case !now.Before(e.Expires):
+			m.markEnded(e, EndExpired)
+			closing = append(closing, e.h)
+		case e.State == StateIdle && now.Sub(e.LastUsed) >= e.IdleTimeout:
+			m.markEnded(e, EndIdle)
+			closing = append(closing, e.h)
+		}
+	}
+	m.mu.Unlock()
+	// Closing only starts the teardown (run.Session.Close): the reaper
+	// never waits on a jail either.
+	for _, h := range closing {
+		h.Close()
+	}
+}
+
+// Describe is a one-line summary for logs.
+func (i Info) Describe() string {
+	return fmt.Sprintf("session %s uid %d state %s calls %d", i.ID, i.Owner, i.State, i.Calls)
+}
