@@ -49,16 +49,16 @@ type Engine interface {
 
 // Server serves the API. Create it with New.
 type Server struct {
-	cfg     config.Config
-	engine  Engine
+	cfg      config.Config
+	engine   Engine
 	adm      *admission.Controller
 	sessions *sessions.Manager
 	log      *slog.Logger
-	audit   *auditor
-	adminG  string // gid of the admin group, "" if it does not exist
-	netG    string // gid of network.allow_group, "" if none
-	baseCtx context.Context
-	stop    context.CancelFunc
+	audit    *auditor
+	adminG   string // gid of the admin group, "" if it does not exist
+	netG     string // gid of network.allow_group, "" if none
+	baseCtx  context.Context
+	stop     context.CancelFunc
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
