@@ -1,0 +1,183 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/server"
+)
+
+func TestSessionRoutes(t *testing.T) {
+	h := harness(t, nil)
+	ctx := context.Background()
+	s, err := h.Client.CreateSession(ctx, &api.SessionCreateRequest{IdleTimeoutS: ptr(int64(60)), Env: map[string]string{"A": "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.IdleTimeoutS != 60 || s.State != api.SessionIdle || s.Limits.MemoryMB != 512 || s.UID != user.UID {
+		t.Errorf("created %+v", s)
+	}
+	fake := h.Engine.Sessions()[0]
+	// The jail lives as long as the session may: its CPU rlimit follows.
+	if fake.Spec.Limits.Timeout != time.Hour || fake.Spec.Env["A"] != "b" {
+		t.Errorf("spec %+v", fake.Spec)
+	}
+	r, err := h.Client.SessionExecute(ctx, s.SessionID, &api.SessionExecuteRequest{Code: "print(1)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != "print(1)" || r.ExecutionCount != 1 || r.Session.State != api.SessionIdle || r.Session.SessionID != s.SessionID {
+		t.Errorf("call %+v", r)
+	}
+	list, err := h.Client.Sessions(ctx)
+	if err != nil || len(list.Sessions) != 1 || list.Sessions[0].ExecutionCount != 1 {
+		t.Fatalf("list %+v %v", list, err)
+	}
+	for _, c := range []struct{ method, path string }{{http.MethodPut, "/v1/sessions"}, {http.MethodPost, "/v1/sessions/" + s.SessionID}, {http.MethodGet, "/v1/sessions/x/execute"}} {
+		if code, hdr, e := raw(t, h, c.method, c.path, "", ""); code != http.StatusMethodNotAllowed || e.Type != "method_not_allowed" || hdr.Get("Allow") == "" {
+			t.Errorf("%s %s: %d %+v", c.method, c.path, code, e)
+		}
+	}
+	ended, err := h.Client.DeleteSession(ctx, s.SessionID)
+	if err != nil || ended.State != api.SessionEnded || *ended.EndReason != "deleted" || !fake.Closed() {
+		t.Fatalf("delete %+v %v", ended, err)
+	}
+	_, err = h.Client.SessionExecute(ctx, s.SessionID, &api.SessionExecuteRequest{Code: "1"})
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "deleted") {
+		t.Errorf("call after delete: %v", err)
+	}
+}
+
+func TestSessionFields(t *testing.T) {
+	h := harness(t, nil)
+	ctx := context.Background()
+	s, err := h.Client.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req   api.SessionExecuteRequest
+		field string
+	}{
+		{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{MemoryMB: ptr(int64(1))}}, "limits.memory_mb"},
+		{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{Pids: ptr(int64(1))}}, "limits.pids"},
+		{api.SessionExecuteRequest{Code: "1", Network: "internet"}, "network"},
+		{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{TimeoutMs: ptr(int64(0))}}, "limits.timeout_ms"},
+		{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{OutputBytes: ptr(int64(1 << 40))}}, "limits.output_bytes"},
+		{api.SessionExecuteRequest{Code: "1", ReturnFiles: []string{"../x"}}, "return_files[0]"},
+		{api.SessionExecuteRequest{}, "code"},
+	} {
+		_, err := h.Client.SessionExecute(ctx, s.SessionID, &c.req)
+		var fe *api.Error
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want a field error of %s", c.req, err, c.field)
+		}
+	}
+	for _, c := range []struct {
+		req   api.SessionCreateRequest
+		field string
+	}{
+		{api.SessionCreateRequest{TTLS: ptr(int64(5 * 3600))}, "ttl_s"},
+		{api.SessionCreateRequest{IdleTimeoutS: ptr(int64(0))}, "idle_timeout_s"},
+		{api.SessionCreateRequest{Env: map[string]string{"LD_PRELOAD": "x"}}, "env"},
+		{api.SessionCreateRequest{Files: []api.FileIn{{Path: "/etc/x"}}}, "files[0].path"},
+	} {
+		_, err := h.Client.CreateSession(ctx, &c.req)
+		var fe *api.Error
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want a field error of %s", c.req, err, c.field)
+		}
+	}
+}
+
+func TestSessionOwnersCapsAndConflicts(t *testing.T) {
+	h := harness(t, func(c *config.Config) { c.Sessions.MaxPerUID = 1 })
+	ctx := context.Background()
+	release := make(chan struct{})
+	h.Engine.SessionExec = func(ctx context.Context, c *run.Call) (*run.CallResult, error) {
+		if c.Code == "block" {
+			<-release
+		}
+		return &run.CallResult{Count: 1, Result: run.Result{Status: run.StatusOK}}, nil
+	}
+	s, err := h.Client.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Client.CreateSession(ctx, nil); !errors.Is(err, errdefs.ErrRateLimited) {
+		t.Errorf("beyond the cap: %v", err)
+	}
+	// Another uid, same daemon.
+	other := httptest.NewServer(server.WithCaller(h.Server.Handler(), admission.Caller{UID: 1001, PID: 2}))
+	defer other.Close()
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/sessions/" + s.SessionID, ""},
+		{http.MethodDelete, "/v1/sessions/" + s.SessionID, ""},
+		{http.MethodPost, "/v1/sessions/" + s.SessionID + "/execute", `{"code":"1"}`},
+		{http.MethodPost, "/v1/sessions/" + s.SessionID + "/interrupt", ``},
+	} {
+		req, _ := http.NewRequest(c.method, other.URL+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("uid 1001 %s %s: %d, want 404", c.method, c.path, resp.StatusCode)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Client.SessionExecute(ctx, s.SessionID, &api.SessionExecuteRequest{Code: "block"})
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, _ := h.Client.Session(ctx, s.SessionID)
+		if got != nil && got.State == api.SessionRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never ran")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := h.Client.SessionExecute(ctx, s.SessionID, &api.SessionExecuteRequest{Code: "1"}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("concurrent call: %v", err)
+	}
+	ir, err := h.Client.InterruptSession(ctx, s.SessionID)
+	if err != nil || !ir.Interrupted {
+		t.Errorf("interrupt: %+v %v", ir, err)
+	}
+	select {
+	case <-h.Engine.Sessions()[0].Interrupted():
+	case <-time.After(5 * time.Second):
+		t.Error("the engine got no interrupt")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.Log(), `"op":"session_execute"`) || !strings.Contains(h.Log(), `"call":1`) {
+		t.Errorf("no audit line with the session and call: %s", h.Log())
+	}
+}
+
+func TestSessionsDisabled(t *testing.T) {
+	h := harness(t, func(c *config.Config) { c.Sessions.Enabled = false })
+	if _, err := h.Client.CreateSession(context.Background(), nil); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("%v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
