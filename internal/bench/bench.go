@@ -73,6 +73,16 @@ type Report struct {
 	// WarmJailBytes is the memory charged to each idle warm jail's cgroup,
 	// smallest first: plain jails, then preloaded ones.
 	WarmJailBytes []uint64 `json:"idle_warm_jail_bytes"`
+	Sessions      Sessions `json:"sessions"`
+}
+
+// Sessions are the latencies of stateful sessions: POST /v1/sessions
+// (its DELETE untimed) with and without a warm pool, and a call of x + 1
+// in a live session.
+type Sessions struct {
+	CreateCold Stat `json:"create_cold"`
+	CreateWarm Stat `json:"create_warm"`
+	Call       Stat `json:"call_x_plus_1"`
 }
 
 func workloads() []Workload {
@@ -161,10 +171,92 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		}
 		rep.Throughput = append(rep.Throughput, t)
 	}
+	fmt.Fprintln(log, "sessions")
+	if rep.Sessions, err = sessions(ctx, cfg.Iter, cold, warm); err != nil {
+		return nil, err
+	}
 	warm.waitReady(ctx)
 	rep.DaemonRSSBytes = rss(warm.cmd.Process.Pid)
 	rep.WarmJailBytes = warmJailMemory("bench-" + filepath.Base(warm.dir))
 	return rep, nil
+}
+
+// sessions times session creation on both daemons and calls in one live
+// session of the warm one.
+func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) {
+	var out Sessions
+	var err error
+	var id string
+	create := func(d *daemon) func() error {
+		return func() error {
+			var e error
+			id, e = d.createSession()
+			return e
+		}
+	}
+	end := func(d *daemon) func() {
+		return func() {
+			if id != "" {
+				d.deleteSession(id)
+				id = ""
+			}
+		}
+	}
+	if out.CreateCold, err = measureAfter(n, end(cold), create(cold)); err != nil {
+		return out, fmt.Errorf("session create (cold): %w", err)
+	}
+	end(cold)()
+	if out.CreateWarm, err = measureAfter(n, func() { end(warm)(); warm.waitReady(ctx) }, create(warm)); err != nil {
+		return out, fmt.Errorf("session create (warm): %w", err)
+	}
+	end(warm)()
+	warm.waitReady(ctx)
+	if id, err = warm.createSession(); err != nil {
+		return out, err
+	}
+	defer end(warm)()
+	if err := warm.sessionCall(id, "x = 1"); err != nil {
+		return out, err
+	}
+	out.Call, err = measure(n, func() error { return warm.sessionCall(id, "x + 1") })
+	return out, err
+}
+
+func (d *daemon) createSession() (string, error) {
+	resp, err := d.client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var s struct {
+		ID string `json:"session_id"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &s) != nil || s.ID == "" {
+		return "", fmt.Errorf("create session: HTTP %d: %.300s", resp.StatusCode, body)
+	}
+	return s.ID, nil
+}
+
+func (d *daemon) deleteSession(id string) {
+	req, _ := http.NewRequest(http.MethodDelete, "http://jaild/v1/sessions/"+id, nil)
+	if resp, err := d.client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+func (d *daemon) sessionCall(id, code string) error {
+	body, _ := json.Marshal(map[string]string{"code": code})
+	resp, err := d.client.Post("http://jaild/v1/sessions/"+id+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"status":"ok"`)) {
+		return fmt.Errorf("session call: HTTP %d: %.300s", resp.StatusCode, b)
+	}
+	return nil
 }
 
 func measure(n int, f func() error) (Stat, error) { return measureAfter(n, func() {}, f) }
