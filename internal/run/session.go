@@ -54,6 +54,18 @@ type Call struct {
 	OutputBytes         int64
 }
 
+// Validate checks the call; the error is of class
+// errdefs.ErrInvalidArgument.
+func (c *Call) Validate() error {
+	r := Request{Code: c.Code, Files: c.Files, ReturnFiles: c.ReturnFiles, Limits: jail.DefaultLimits()}
+	r.Limits.Timeout, r.Limits.OutputBytes = c.Timeout, c.OutputBytes
+	r.Limits.WorkspaceBytes = 64 << 30 // the session's tmpfs bounds the files
+	if c.Code == "" {
+		return errdefs.New(errdefs.ErrInvalidArgument, "code is empty")
+	}
+	return r.Validate()
+}
+
 // CallResult is what one call produced, and what became of the session.
 type CallResult struct {
 	Result
@@ -257,6 +269,9 @@ func (ss *Session) Interrupt() {
 // or after the session ended; of class errdefs.ErrInvalidArgument for a
 // bad call; others are the host's. Whatever the code did is a CallResult.
 func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	if !ss.callMu.TryLock() {
 		return nil, errdefs.New(errdefs.ErrConflict, "another call of this session is running")
 	}
