@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/internal/jail"
 )
@@ -15,6 +16,30 @@ func BenchmarkRunPrint(b *testing.B) {
 		res, err := testEngine.Run(context.Background(), req)
 		if err != nil || res.Status != StatusOK {
 			b.Fatalf("run: %v %+v", err, res)
+		}
+	}
+}
+
+// BenchmarkSessionCall measures a call of x + 1 in a live session: thaw,
+// job, end record, output, freeze.
+func BenchmarkSessionCall(b *testing.B) {
+	l := jail.DefaultLimits()
+	l.Timeout = time.Hour
+	ss, err := testEngine.NewSession(SessionSpec{Limits: l})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ss.Close()
+	c := &Call{Code: "x = 1", Timeout: 10 * time.Second, OutputBytes: 1 << 20, LastLineInteractive: true}
+	if _, err := ss.Exec(context.Background(), c); err != nil {
+		b.Fatal(err)
+	}
+	c.Code = "x + 1"
+	b.ResetTimer()
+	for range b.N {
+		r, err := ss.Exec(context.Background(), c)
+		if err != nil || r.Status != StatusOK {
+			b.Fatalf("%v %+v", err, r)
 		}
 	}
 }
