@@ -27,9 +27,11 @@ func newPoolEngineWith(t *testing.T, pc PoolConfig) *Service {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(runDir) })
-	pc.Limits = jail.DefaultLimits()
-	pc.Limits.Timeout = 60 * time.Second
-	pc.Limits.MemoryBytes = 1 << 30
+	if pc.Limits == (jail.Limits{}) {
+		pc.Limits = jail.DefaultLimits()
+		pc.Limits.Timeout = 60 * time.Second
+		pc.Limits.MemoryBytes = 1 << 30
+	}
 	const base = 2_000_000_000
 	je, err := jail.New(jail.Config{
 		ImageDir: testImage, SeccompProfile: testProfile, RunDir: runDir,
@@ -196,4 +198,50 @@ func stateDirs(e *Service) []string {
 		}
 	}
 	return out
+}
+
+// A session takes a warm jail when one fits (created with a CPU rlimit as
+// high as the session's life), and its fresh interpreters after a loss
+// start in that jail too.
+func TestSessionFromWarmPool(t *testing.T) {
+	pc := PoolConfig{PlainSize: 1, Limits: jail.DefaultLimits()}
+	pc.Limits.Timeout = 2 * time.Hour
+	e := newPoolEngineWith(t, pc)
+	for deadline := time.Now().Add(60 * time.Second); e.PoolStats().PlainReady < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled up: %+v", e.PoolStats())
+		}
+	}
+	l := jail.DefaultLimits()
+	l.Timeout = time.Hour
+	ss, err := e.NewSession(SessionSpec{Limits: l, Files: []File{{Path: "in.txt", Data: []byte("in")}}, Env: map[string]string{"GREETING": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	if !ss.Warm() {
+		t.Fatal("the session did not take the warm jail")
+	}
+	exec := func(code string) *CallResult {
+		t.Helper()
+		r, err := ss.Exec(context.Background(), &Call{Code: code, Timeout: 10 * time.Second, OutputBytes: 1 << 20, LastLineInteractive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := exec("import os, resource\nx = open('in.txt').read() + os.environ['GREETING']\nresource.getrlimit(resource.RLIMIT_NPROC)")
+	if r.Status != StatusOK || r.ResultRepr == nil || *r.ResultRepr != fmt.Sprintf("(%d, %d)", l.Pids, l.Pids) {
+		t.Fatalf("first call: %+v stderr %s", r, r.Stderr)
+	}
+	if r = exec("x"); r.ResultRepr == nil || *r.ResultRepr != "'inhi'" {
+		t.Fatalf("state: %+v", r)
+	}
+	if r = exec("import os\nos._exit(3)"); !r.StateLost {
+		t.Fatalf("loss: %+v", r)
+	}
+	r = exec("import os, resource\nprint(os.environ.get('JAILD_PREIMPORT'), os.environ['GREETING'])\nresource.getrlimit(resource.RLIMIT_NPROC)")
+	if string(r.Stdout) != fmt.Sprintf("None hi\n(%d, %d)\n", l.Pids, l.Pids) {
+		t.Fatalf("fresh interpreter in the warm jail: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
 }

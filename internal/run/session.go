@@ -330,6 +330,13 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		job.Rlimits = ss.limits.RlimitsByName()
 		delete(job.Rlimits, "RLIMIT_CPU") // the call's is CPUSeconds
 	}
+	frame := runner.EncodeJob(job)
+	if len(frame) > runner.MaxJobBytes {
+		ss.mu.Lock()
+		ss.fresh = ss.fresh || fresh
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
+	}
 	j.ResetPeak()
 	base := j.Stats()
 	if err := j.Thaw(); err != nil {
@@ -343,7 +350,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	go func() {
 		w := ss.st.p.jobW
 		_ = w.SetWriteDeadline(start.Add(c.Timeout + InterruptGrace + time.Second))
-		_, err := w.Write(runner.EncodeJob(job))
+		_, err := w.Write(frame)
 		wrote <- err
 	}()
 
@@ -410,7 +417,7 @@ wait:
 	ss.stdout.sync()
 	ss.stderr.sync()
 	after := j.Stats()
-	res.CPUTime = after.CPU - base.CPU
+	res.CPUTime = max(after.CPU-base.CPU, 0) // 0 when the jail is gone
 	res.PeakMemoryBytes = after.PeakMemoryBytes
 	res.OOMKilled = after.OOMKills > base.OOMKills
 	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated

@@ -52,6 +52,9 @@ func Latin1(b []byte) string {
 	return string(r)
 }
 
+// MaxJobBytes bounds one job's line on fd 3 (the runner's MAX_JOB_BYTES).
+const MaxJobBytes = 64 << 20
+
 // EncodeJob frames j for fd 3: one line of JSON (encoding/json escapes
 // every newline inside strings).
 func EncodeJob(j Job) []byte {

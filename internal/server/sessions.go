@@ -18,6 +18,11 @@ import (
 	"github.com/jaild/jaild/internal/sessions"
 )
 
+// maxSessionStdinBytes bounds a session call's stdin: escaped as JSON in
+// the call's job (at most 6 bytes each), with the code, it stays within
+// runner.MaxJobBytes.
+const maxSessionStdinBytes = 8 << 20
+
 // Session is a live session of the engine: *run.Session, or a fake.
 type Session interface {
 	sessions.Handle
@@ -332,8 +337,10 @@ func sessionCall(req *api.SessionExecuteRequest, m *sessionMeta) (*run.Call, err
 		}
 	}
 	if req.Stdin != nil {
-		if len(*req.Stdin) > maxStdinBytes {
-			return nil, errdefs.Field("stdin", "is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
+		// A call's stdin travels in its job, escaped: a smaller bound than
+		// a run's.
+		if len(*req.Stdin) > maxSessionStdinBytes {
+			return nil, errdefs.Field("stdin", "is %d bytes; the maximum in a session call is %d", len(*req.Stdin), maxSessionStdinBytes)
 		}
 		c.Stdin = []byte(*req.Stdin)
 	}
