@@ -382,6 +382,68 @@ print('forked')`, marker)})
 		}
 	})
 
+	t.Run("a session keeps state, is frozen by cgroup.freeze while idle, and leaves nothing", func(t *testing.T) {
+		code, b, err := call("POST", "/v1/sessions", map[string]any{})
+		var s struct {
+			ID string `json:"session_id"`
+		}
+		if err != nil || code != 201 || json.Unmarshal(b, &s) != nil || s.ID == "" {
+			t.Fatalf("create session: %d %s %v", code, b, err)
+		}
+		type callResult struct {
+			RunID  string  `json:"run_id"`
+			Status string  `json:"status"`
+			Result *string `json:"result"`
+		}
+		exec := func(src string) callResult {
+			t.Helper()
+			code, b, err := call("POST", "/v1/sessions/"+s.ID+"/execute", map[string]any{"code": src})
+			var r callResult
+			if err != nil || code != 200 || json.Unmarshal(b, &r) != nil || r.Status != "ok" {
+				t.Fatalf("call %q: %d %s %v", src, code, b, err)
+			}
+			return r
+		}
+		r := exec("import threading\nx = 41\ndef spin():\n    while True: pass\nthreading.Thread(target=spin, daemon=True).start()")
+		var dir string
+		for _, d := range jailCgroups(t) {
+			if filepath.Base(d) == r.RunID {
+				dir = d
+			}
+		}
+		if dir == "" {
+			t.Fatalf("no cgroup for the session's jail %s", r.RunID)
+		}
+		if f, _ := os.ReadFile(dir + "/cgroup.freeze"); strings.TrimSpace(string(f)) != "1" {
+			t.Errorf("cgroup.freeze of an idle session: %q", f)
+		}
+		usage := func() int64 {
+			for _, line := range strings.Split(run(t, "cat", dir+"/cpu.stat"), "\n") {
+				if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					return n
+				}
+			}
+			t.Fatal("no usage_usec")
+			return 0
+		}
+		before := usage()
+		time.Sleep(2 * time.Second)
+		if used := usage() - before; used > 100_000 {
+			t.Errorf("an idle session with a busy thread used %d us of CPU in 2 s", used)
+		}
+		if r := exec("x + 1"); r.Result == nil || *r.Result != "42" {
+			t.Fatalf("state: %+v", r)
+		}
+		if code, b, err := call("DELETE", "/v1/sessions/"+s.ID, nil); err != nil || code != 200 {
+			t.Fatalf("delete: %d %s %v", code, b, err)
+		}
+		waitFor(t, 2*time.Minute, "the session's cgroup to go", func() bool {
+			_, err := os.Stat(dir)
+			return os.IsNotExist(err)
+		})
+	})
+
 	t.Run("nothing written outside the delegated subtree", func(t *testing.T) {
 		for d, want := range above {
 			b, _ := os.ReadFile(d + "/cgroup.subtree_control")
