@@ -156,10 +156,9 @@ func runExec(e *env, args []string) int {
 // report prints a run's outcome, writes its files beneath outDir and
 // returns jailctl's exit status for it.
 func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
+	// With last_line_interactive the runner prints the value's repr to
+	// stdout itself, as a REPL does; resp.Result is the same text.
 	fmt.Fprint(e.stdout, resp.Stdout)
-	if resp.Result != nil {
-		fmt.Fprintln(e.stdout, *resp.Result)
-	}
 	fmt.Fprint(e.stderr, resp.Stderr)
 	if resp.StdoutTruncated {
 		fmt.Fprintln(e.stderr, "jailctl: the run's stdout was truncated")

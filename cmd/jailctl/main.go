@@ -47,6 +47,8 @@ var commands []command
 func init() {
 	commands = []command{
 		{"exec", "[flags] [FILE|-]", "run Python code in a jail", execHelp, runExec},
+		{"session", "COMMAND [flags] [args]", "run Python in a session, whose interpreter keeps its state across calls", sessionHelp, runSession},
+		{"repl", "[flags]", "an interactive Python prompt whose inputs run in one session", replHelp, runRepl},
 		{"lint", "[flags] [FILE|-]", "lint Python code with ruff", lintHelp, runLint},
 		{"format", "[flags] [FILE|-]", "format Python code with ruff", formatHelp, runFormat},
 		{"info", "[flags]", "show the daemon's version, image, limits and capacity", "", runInfo},

@@ -209,7 +209,8 @@ func TestExecRequest(t *testing.T) {
 
 func TestExecResultPrinted(t *testing.T) {
 	res := "42"
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "a\n", Result: &res})})
+	// The daemon's stdout holds the repr already (the runner prints it).
+	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "a\n42\n", Result: &res})})
 	r := jailctl(t, d.sock, "", "exec", "--interactive", "-c", "print('a'); 6*7")
 	if r.code != 0 || r.stdout != "a\n42\n" {
 		t.Errorf("got %d %q", r.code, r.stdout)

@@ -34,6 +34,7 @@ type Service struct {
 
 	mu        sync.Mutex
 	closed    bool
+	sessions  map[*Session]struct{} // live sessions, ended by Close
 	running   sync.WaitGroup // runs in progress
 	teardowns sync.WaitGroup // teardowns after runs that returned
 }
@@ -76,13 +77,20 @@ func (s *Service) CgroupMode() string { return s.e.CgroupMode() }
 // state, mounts and run directory removed.
 func (s *Service) Idle() { s.teardowns.Wait() }
 
-// Close destroys the warm pool's idle jails, waits for runs in progress to
-// finish and be torn down, then closes the engine. Run fails with
+// Close ends every session, destroys the warm pool's idle jails, waits for
+// runs in progress to finish and be torn down, then closes the engine. Run fails with
 // jail.ErrClosed afterwards.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	live := make([]*Session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		live = append(live, ss)
+	}
 	s.mu.Unlock()
+	for _, ss := range live {
+		ss.end(EndShutdown)
+	}
 	s.pool.Close()
 	s.running.Wait()
 	s.teardowns.Wait()

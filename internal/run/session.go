@@ -94,6 +94,7 @@ const (
 	EndLosses       = "repeated_losses"
 	EndJailEnded    = "jail_ended" // the jail's init ended
 	EndClosed       = "deleted"
+	EndShutdown     = "daemon_shutdown"
 	EndRestartError = "restart_failed"
 )
 
@@ -140,7 +141,9 @@ type Session struct {
 type callState struct {
 	n       int
 	records []byte
-	end     chan int // the call's end record's status
+	end     chan int      // the call's end record's status
+	started chan struct{} // closed at the call's start record
+	begun   bool
 }
 
 // NewSession makes a session: a warm jail of the pool when one fits, else
@@ -201,6 +204,16 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		interrupt: make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, jail.ErrClosed
+	}
+	if s.sessions == nil {
+		s.sessions = map[*Session]struct{}{}
+	}
+	s.sessions[ss] = struct{}{}
+	s.mu.Unlock()
 	// Nothing reads the jail's stdin: each call's is in its job.
 	st.p.stdinW.Close()
 	st.p.stdinW = nil
@@ -248,6 +261,9 @@ func (ss *Session) end(reason string) {
 		ss.closeOnce.Do(func() {
 			close(ss.done)
 			ss.s.teardowns.Go(ss.st.Destroy)
+			ss.s.mu.Lock()
+			delete(ss.s.sessions, ss)
+			ss.s.mu.Unlock()
 		})
 	}
 }
@@ -283,7 +299,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		return nil, errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", reason)
 	}
 	ss.calls++
-	cs := &callState{n: ss.calls, end: make(chan int, 1)}
+	cs := &callState{n: ss.calls, end: make(chan int, 1), started: make(chan struct{})}
 	fresh := ss.fresh
 	ss.fresh = false
 	ss.mu.Unlock()
@@ -359,12 +375,22 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	var grace <-chan time.Time
 	interrupted, killed := false, false
 	cause := "" // why the daemon interrupted: a Lost* reason
+	// SIGINT goes only to a call whose code has begun (its start record):
+	// before that the runner ignores it. One asked for earlier waits.
+	started, pending := cs.started, false
+	sigint := func() {
+		if started == nil {
+			ss.command('i')
+		} else {
+			pending = true
+		}
+	}
 	interruptFor := func(why string) {
 		if interrupted {
 			return
 		}
 		interrupted, cause = true, why
-		ss.command('i')
+		sigint()
 		grace = time.After(InterruptGrace)
 	}
 	var exitLine string
@@ -398,7 +424,13 @@ wait:
 			interruptFor(LostCancelled)
 			ctx = context.Background()
 		case <-ss.interrupt:
-			ss.command('i')
+			sigint()
+		case <-started:
+			started = nil
+			if pending {
+				pending = false
+				ss.command('i')
+			}
 		case <-grace:
 			grace = nil
 			if !killed {
@@ -595,6 +627,13 @@ func (ss *Session) deliverRecord(line []byte) {
 	defer ss.mu.Unlock()
 	cs := ss.cur
 	if cs == nil {
+		return
+	}
+	if call, ok := runner.StartOf(line); ok {
+		if call == cs.n && !cs.begun {
+			cs.begun = true
+			close(cs.started)
+		}
 		return
 	}
 	if status, call, ok := runner.EndOf(line); ok {

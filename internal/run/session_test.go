@@ -189,3 +189,35 @@ func TestSessionCloseLeavesNothing(t *testing.T) {
 		t.Errorf("reason %q", ss.EndReason())
 	}
 }
+
+// An interrupt asked for before the call's code has begun (the first call
+// of a cold session, while Python starts) is held until it begins, not
+// lost to the runner's start-up.
+func TestSessionEarlyInterrupt(t *testing.T) {
+	ss := newTestSession(t)
+	done := make(chan *CallResult, 1)
+	go func() {
+		r, _ := ss.Exec(context.Background(), &Call{Code: "while True: pass", Timeout: 60 * time.Second, OutputBytes: 1 << 20})
+		done <- r
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		ss.mu.Lock()
+		running := ss.cur != nil
+		ss.mu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call never began")
+		}
+	}
+	ss.Interrupt()
+	select {
+	case r := <-done:
+		if r == nil || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" || r.StateLost {
+			t.Fatalf("early interrupt: %+v", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("an interrupt sent as the call began was lost")
+	}
+}

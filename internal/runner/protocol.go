@@ -144,6 +144,17 @@ type record struct {
 	Call    int              `json:"call"`
 }
 
+// StartOf reports whether line is a session call's start record, with
+// its call: the call's code begins, and SIGINT interrupts it from now on.
+// Forged, it can only misplace its own session's interrupt.
+func StartOf(line []byte) (call int, ok bool) {
+	var r record
+	if json.Unmarshal(line, &r) != nil || r.Type != "start" || r.Call <= 0 {
+		return 0, false
+	}
+	return r.Call, true
+}
+
 // EndOf reports whether line is an end record, with its status and call
 // (0 outside sessions). Such a line may be forged by user code: it can
 // only misplace its own records.

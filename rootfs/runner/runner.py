@@ -41,6 +41,8 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         {"type": "result", "repr": str, "truncated": bool}
         {"type": "figure", "name": "figure-1.png"}
         {"type": "ready"}
+        {"type": "start", "call": int} (a session's job: its code begins;
+        SIGINT interrupts it from now on)
         {"type": "end", "status": int} ("call": int for a session's job)
         and, from init, {"type": "exit", "signal": int} when this process
         died by a signal.
@@ -469,7 +471,7 @@ def install_excepthook_filter():
     sys.excepthook = excepthook
 
 
-def run(job, records, saver):
+def run(job, records, saver, begin=None):
     """Run the job's code as __main__.  Exceptions, SystemExit included,
     propagate so that the interpreter reports them and sets the exit status
     exactly as it would for a script."""
@@ -495,6 +497,8 @@ def run(job, records, saver):
         sys.path.insert(0, cwd)
 
     try:
+        if begin is not None:
+            begin()  # inside the try: a SIGINT from here on is the job's
         body, last = compile_job(source, filename, job.last_line_interactive)
         exec(body, module.__dict__)
         if last is not None:
@@ -763,9 +767,16 @@ def run_user_process(records, saver):
             except (OSError, ValueError, UnicodeError) as exc:
                 print(f"jaild runner: cannot prepare the call: {exc}", file=sys.stderr, flush=True)
                 os._exit(2)
-        if user_sigint is not None:  # None: a handler set from C stays
-            signal.signal(signal.SIGINT, user_sigint)
-        status, interrupted, exited = run_and_report(job, records, saver)
+
+        def begin(job=job, sigint=user_sigint):
+            if sigint is not None:  # None: a handler set from C stays
+                signal.signal(signal.SIGINT, sigint)
+            if job.session:
+                # The daemon sends the call's SIGINT only after this: before
+                # it the runner ignores SIGINT, which would lose it.
+                records.emit({"type": "start", "call": job.call})
+
+        status, interrupted, exited = run_and_report(job, records, saver, begin)
         user_sigint = signal.getsignal(signal.SIGINT)
         if job.session:
             # Between calls a SIGINT (the daemon's interrupt, late) must
@@ -778,11 +789,11 @@ def run_user_process(records, saver):
         records.emit({"type": "end", "status": status})
 
 
-def run_and_report(job, records, saver):
+def run_and_report(job, records, saver, begin=None):
     """Run one job; report an uncaught exception as the interpreter would.
     Returns (status, interrupted by KeyboardInterrupt, ended by SystemExit)."""
     try:
-        run(job, records, saver)
+        run(job, records, saver, begin)
     except SystemExit as exc:
         return exit_status(exc), False, True
     except BaseException as exc:

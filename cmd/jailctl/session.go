@@ -1,0 +1,807 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/errdefs"
+)
+
+const sessionHelp = `A session is a jail whose Python interpreter lives across calls: variables,
+imports and workspace files persist from one "session exec" to the next,
+until the session is removed (rm), is idle for its idle timeout, or reaches
+its time to live. "jailctl repl" is a prompt on a session.`
+
+const sessionExecHelp = `Code comes from -c CODE, or FILE, or stdin ("-" or no FILE). It runs in the
+session's interpreter, so it sees what earlier calls defined; the value of
+a final expression is printed, as the Python REPL does (--interactive=false
+turns that off). Output, returned files and figures are handled as by
+"jailctl exec".
+
+Ctrl-C interrupts the call (KeyboardInterrupt in the session; its state is
+kept); a second Ctrl-C abandons it.
+
+When the call cost the session its interpreter (a timeout it would not
+stop at, the memory limit, a crash), a note on stderr says so: the next
+call starts afresh, with the workspace's files kept. When the session
+ended, the note says why.
+
+Exit status: as "jailctl exec": the call's exit code, 124 for a timeout,
+128+N for signal N, 137 for the memory limit, 1 for other failed calls; 130
+when Ctrl-C interrupted a call that then failed; 2 for usage errors and
+errors from the daemon (an unknown session, a session that ended, a call
+while another runs).`
+
+// subcommand is one command of "jailctl session".
+type subcommand struct {
+	name    string
+	args    string
+	summary string
+	help    string
+	run     func(e *env, sc *subcommand, args []string) int
+}
+
+// sessionCommands is set in init for the same reason as commands.
+var sessionCommands []subcommand
+
+func init() {
+	sessionCommands = []subcommand{
+		{"new", "[flags]", "start a session and print its ID (S=$(jailctl session new))", "", runSessionNew},
+		{"exec", "[flags] ID [FILE|-]", "run Python code in a session", sessionExecHelp, runSessionExec},
+		{"ls", "[flags]", "list your sessions (an admin's: everyone's)", "", runSessionList},
+		{"show", "[flags] ID", "describe a session", "", runSessionShow},
+		{"interrupt", "[flags] ID", "interrupt a session's call in progress (exit status 1 when none was running)", "", runSessionInterrupt},
+		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
+	}
+}
+
+func runSession(e *env, args []string) int {
+	if len(args) == 0 {
+		e.sessionUsage(e.stderr)
+		return exitError
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if args[0] == "help" && len(args) > 1 {
+			return runSession(e, []string{args[1], "-h"})
+		}
+		e.sessionUsage(e.stdout)
+		return exitOK
+	}
+	for i := range sessionCommands {
+		if sc := &sessionCommands[i]; sc.name == args[0] {
+			return sc.run(e, sc, args[1:])
+		}
+	}
+	return e.usageError("session: unknown command %q", args[0])
+}
+
+func (e *env) sessionUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: jailctl session COMMAND [flags] [args]\n\n%s\n\nCommands:\n", sessionHelp)
+	for _, sc := range sessionCommands {
+		fmt.Fprintf(w, "  %-10s %s\n", sc.name, sc.summary)
+	}
+	fmt.Fprintf(w, "\nRun \"jailctl session COMMAND -h\" for a command's flags.\n")
+}
+
+// parseSub is env.parse for a session command: between minPos and maxPos
+// positional arguments (maxPos < 0: any number).
+func (e *env) parseSub(fs *flag.FlagSet, sc *subcommand, args []string, minPos, maxPos int) (pos []string, code int, ok bool) {
+	flags, pos := splitArgs(fs, args)
+	if err := fs.Parse(flags); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(e.stdout, "Usage: jailctl session %s %s\n\n%s.\n", sc.name, sc.args, capitalize(sc.summary))
+			if sc.help != "" {
+				fmt.Fprintf(e.stdout, "\n%s\n", sc.help)
+			}
+			fmt.Fprintf(e.stdout, "\nFlags:\n")
+			printFlags(e.stdout, fs)
+			return nil, exitOK, false
+		}
+		return nil, e.usageError("session %s: %v", sc.name, err), false
+	}
+	switch {
+	case len(pos) < minPos:
+		return nil, e.usageError("session %s: want %s", sc.name, strings.TrimPrefix(sc.args, "[flags] ")), false
+	case maxPos >= 0 && len(pos) > maxPos:
+		return nil, e.usageError("session %s: unexpected argument %q", sc.name, pos[maxPos]), false
+	}
+	return pos, 0, true
+}
+
+// sessionFlags are the flags that create a session: "session new" and
+// "repl" share them.
+type sessionFlags struct {
+	limits     api.Limits
+	idle, ttl  *int64
+	env        map[string]string
+	network    string
+	allowHosts []string
+	files      []fileSpec
+	n          int // how many were given
+}
+
+func (f *sessionFlags) register(fs *flag.FlagSet) {
+	f.env = map[string]string{}
+	count := func(set func(string) error) func(string) error {
+		return func(s string) error { f.n++; return set(s) }
+	}
+	positive := func(dst **int64, unit string) func(string) error {
+		return count(func(s string) error {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("want a positive number of %s", unit)
+			}
+			*dst = &n
+			return nil
+		})
+	}
+	seconds := func(dst **int64) func(string) error {
+		return count(func(s string) error {
+			ms, err := parseTimeout(s)
+			if err != nil {
+				return err
+			}
+			secs := (ms + 999) / 1000
+			*dst = &secs
+			return nil
+		})
+	}
+	fs.Func("memory-mb", "memory limit of the session's jail in `MB` (default: the daemon's)", positive(&f.limits.MemoryMB, "MB"))
+	fs.Func("pids", "process limit of the session's jail, a `NUMBER` (default: the daemon's)", positive(&f.limits.Pids, "processes"))
+	fs.Func("file-size-mb", "largest file the session may write, in `MB` (default: the daemon's)", positive(&f.limits.FileSizeMB, "MB"))
+	fs.Func("timeout-ms", "each call's wall-clock limit in `MS` unless the call sets its own (default: the daemon's)", positive(&f.limits.TimeoutMs, "milliseconds"))
+	fs.Func("output-bytes", "each call's output limit in `BYTES` unless the call sets its own (default: the daemon's)", positive(&f.limits.OutputBytes, "bytes"))
+	fs.Func("idle-timeout", "end the session once it has been idle for `DURATION`, such as 10m (default: the daemon's)", seconds(&f.idle))
+	fs.Func("ttl", "end the session `DURATION` after it starts, busy or not (default: the daemon's)", seconds(&f.ttl))
+	fs.Func("env", "set `NAME=VALUE` in the session's environment; repeatable", count(envFlag(f.env)))
+	fs.Func("network", "`MODE`: none (loopback only, the default) or internet (egress, if the daemon allows it)", count(func(s string) error {
+		f.network = s
+		return nil
+	}))
+	fs.Func("allow-host", "with --network internet, allow only `HOST` (example.com, *.example.com, 198.51.100.0/24, each with an optional :PORT); repeatable", count(func(s string) error {
+		f.allowHosts = append(f.allowHosts, s)
+		return nil
+	}))
+	fs.Func("file", "upload `LOCAL[:PATH]` into the session's workspace at PATH (default: LOCAL's base name); repeatable", count(fileFlag(&f.files)))
+}
+
+// request builds the create request, reading the --file uploads.
+func (f *sessionFlags) request() (*api.SessionCreateRequest, error) {
+	req := &api.SessionCreateRequest{IdleTimeoutS: f.idle, TTLS: f.ttl, Network: f.network, AllowHosts: f.allowHosts}
+	if len(f.allowHosts) > 0 && req.Network == "" {
+		req.Network = api.NetworkInternet // --allow-host means egress
+	}
+	if f.limits != (api.Limits{}) {
+		l := f.limits
+		req.Limits = &l
+	}
+	if len(f.env) > 0 {
+		req.Env = f.env
+	}
+	files, err := uploads(f.files)
+	req.Files = files
+	return req, err
+}
+
+// envFlag parses a repeatable --env NAME=VALUE into m.
+func envFlag(m map[string]string) func(string) error {
+	return func(s string) error {
+		name, value, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return errors.New("want NAME=VALUE")
+		}
+		m[name] = value
+		return nil
+	}
+}
+
+// fileFlag parses a repeatable --file LOCAL[:PATH] into files.
+func fileFlag(files *[]fileSpec) func(string) error {
+	return func(s string) error {
+		local, path, cut := strings.Cut(s, ":")
+		if !cut {
+			path = filepath.Base(local)
+		}
+		if local == "" || path == "" {
+			return errors.New("want LOCAL[:PATH]")
+		}
+		*files = append(*files, fileSpec{local, path})
+		return nil
+	}
+}
+
+// uploads reads the --file uploads.
+func uploads(files []fileSpec) ([]api.FileIn, error) {
+	var in []api.FileIn
+	for _, f := range files {
+		b, err := readFile(f.local)
+		if err != nil {
+			return nil, fmt.Errorf("--file: %w", err)
+		}
+		in = append(in, api.FileIn{Path: f.path, ContentB64: base64.StdEncoding.EncodeToString(b)})
+	}
+	return in, nil
+}
+
+func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
+
+func runSessionNew(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session new")
+	var sf sessionFlags
+	sf.register(fs)
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON (the whole session) instead of the ID")
+	socket := socketFlag(fs)
+	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
+		return rc
+	}
+	req, err := sf.request()
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, "/v1/sessions", req)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	var s api.Session
+	if err := json.Unmarshal(raw, &s); err != nil || s.SessionID == "" {
+		return e.errorf("malformed response: no session_id")
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+	} else {
+		fmt.Fprintln(e.stdout, s.SessionID)
+	}
+	return exitOK
+}
+
+func runSessionExec(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session exec")
+	code := fs.String("c", "", "run `CODE` instead of a file")
+	stdinFile := fs.String("stdin-file", "", "send the content of `PATH` as the call's stdin (- for jailctl's stdin)")
+	var limits api.Limits
+	fs.Func("timeout-ms", "wall-clock limit of this call in `MS` (default: the session's)", func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return errors.New("want a positive number of milliseconds")
+		}
+		limits.TimeoutMs = &n
+		return nil
+	})
+	fs.Func("output-bytes", "output limit of this call in `BYTES` (default: the session's)", func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return errors.New("want a positive number of bytes")
+		}
+		limits.OutputBytes = &n
+		return nil
+	})
+	var files []fileSpec
+	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name) before the call; repeatable", fileFlag(&files))
+	var get []string
+	fs.Func("get", "return the workspace files matching `PATTERN` (*, ?, [..] and **); repeatable", func(s string) error {
+		get = append(get, s)
+		return nil
+	})
+	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
+	interactive := fs.Bool("interactive", true, "print the value of a final expression, as the Python REPL does")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
+	socket := socketFlag(fs)
+
+	pos, rc, ok := e.parseSub(fs, sc, args, 1, 2)
+	if !ok {
+		return rc
+	}
+	id := pos[0]
+	codeSet := false
+	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
+
+	req := &api.SessionExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: interactive}
+	switch {
+	case codeSet && len(pos) > 1:
+		return e.usageError("session exec: give -c CODE or FILE, not both")
+	case !codeSet:
+		src := ""
+		if len(pos) == 2 {
+			src = pos[1]
+		}
+		if (src == "" || src == "-") && *stdinFile == "-" {
+			return e.usageError("session exec: stdin cannot be both the code and --stdin-file")
+		}
+		c, _, err := e.readSource(src)
+		if err != nil {
+			return e.errorf("%v", err)
+		}
+		req.Code = c
+	}
+	if *stdinFile != "" {
+		in, _, err := e.readSource(*stdinFile)
+		if err != nil {
+			return e.errorf("--stdin-file: %v", err)
+		}
+		req.Stdin = &in
+	}
+	in, err := uploads(files)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	req.Files = in
+	if limits != (api.Limits{}) {
+		req.Limits = &limits
+	}
+
+	c := e.client(*socket)
+	sig := make(chan os.Signal, 4)
+	stop := notifySignals(sig)
+	defer stop()
+	res := e.sessionCall(c, sig, id, req)
+	switch {
+	case res.abandoned != nil:
+		return signalStatus(res.abandoned)
+	case res.err != nil:
+		return e.sessionError(c, id, res.err)
+	}
+	var status int
+	if *jsonOut {
+		e.printJSON(res.raw)
+		status = exitCode(&res.resp.ExecuteResponse)
+	} else {
+		status = e.reportSession(res.resp, *outDir)
+	}
+	if res.interrupted && status != exitOK {
+		status = exitInterrupted
+	}
+	return status
+}
+
+// notifySignals sends SIGINT and SIGTERM to c until stop is called. A
+// session call handles Ctrl-C itself (it interrupts the call rather than
+// abandoning it), so while c is registered the first Ctrl-C does not end
+// jailctl. Tests replace it to deliver signals in-process.
+var notifySignals = func(c chan<- os.Signal) (stop func()) {
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return func() { signal.Stop(c) }
+}
+
+// signalStatus is the exit status after sig ended a command.
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok && s != syscall.SIGINT {
+		return 128 + int(s)
+	}
+	return exitInterrupted
+}
+
+// callResult is the outcome of sessionCall.
+type callResult struct {
+	resp *api.SessionExecuteResponse
+	raw  json.RawMessage
+	// interrupted: a Ctrl-C interrupted the call, which then returned.
+	interrupted bool
+	// abandoned is the signal that abandoned the call: a second Ctrl-C,
+	// or SIGTERM. resp and err are nil then.
+	abandoned os.Signal
+	err       error
+}
+
+// Interrupting a call whose request has not reached the daemon yet finds
+// no call running; sessionCall tries again this often, this long.
+const (
+	interruptRetry = 100 * time.Millisecond
+	interruptFor   = 3 * time.Second
+)
+
+// sessionCall runs one call in session id. The first SIGINT on sig sends
+// the call an interrupt and keeps waiting for its result, as Ctrl-C does
+// in Python; a second SIGINT, or SIGTERM, abandons the call (the daemon
+// then stops it). e.ctx is not used for the call: main cancels it at the
+// first Ctrl-C.
+func (e *env) sessionCall(c *client.Client, sig <-chan os.Signal, id string, req *api.SessionExecuteRequest) callResult {
+	base := context.WithoutCancel(e.ctx)
+	ctx, cancel := context.WithCancel(base)
+	defer cancel()
+	type reply struct {
+		raw json.RawMessage
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		raw, err := c.Do(ctx, http.MethodPost, sessionPath(id)+"/execute", req)
+		done <- reply{raw, err}
+	}()
+
+	ictx, icancel := context.WithCancel(base)
+	defer icancel()
+	var wg sync.WaitGroup
+	var ierr error
+	var res callResult
+	for {
+		select {
+		case rep := <-done:
+			icancel()
+			wg.Wait()
+			if ierr != nil {
+				fmt.Fprintf(e.stderr, "jailctl: cannot interrupt the call: %v\n", ierr)
+			}
+			if rep.err != nil {
+				res.err = rep.err
+				return res
+			}
+			var resp api.SessionExecuteResponse
+			if err := json.Unmarshal(rep.raw, &resp); err != nil || resp.Status == "" {
+				res.err = errors.New("malformed response: no status")
+				return res
+			}
+			res.resp, res.raw = &resp, rep.raw
+			return res
+		case s := <-sig:
+			if s == os.Interrupt && !res.interrupted {
+				res.interrupted = true
+				fmt.Fprintln(e.stderr, "jailctl: interrupting the call (Ctrl-C again to abandon it)")
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ierr = interruptCall(ictx, c, id)
+				}()
+				continue
+			}
+			cancel()
+			icancel()
+			wg.Wait()
+			<-done
+			fmt.Fprintln(e.stderr, "jailctl: call abandoned; the daemon stops it (with a fresh interpreter if it must)")
+			return callResult{abandoned: s}
+		}
+	}
+}
+
+// interruptCall interrupts session id's call, trying again while the
+// daemon has none running yet. It returns nil when ctx ends first: the
+// call returned.
+func interruptCall(ctx context.Context, c *client.Client, id string) error {
+	deadline := time.Now().Add(interruptFor)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.InterruptSession(rctx, id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return err
+		case resp.Interrupted || resp.Session.State == api.SessionEnded:
+			return nil
+		case time.Now().After(deadline):
+			return errors.New("the daemon has no call of the session running")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interruptRetry):
+		}
+	}
+}
+
+// sessionError reports an error of a call in session id. A conflict is
+// either another call in progress or a session that ended: the session's
+// state says which, and the note names the end.
+func (e *env) sessionError(c *client.Client, id string, err error) int {
+	code := e.daemonError(err)
+	if !errors.Is(err, errdefs.ErrConflict) {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), 5*time.Second)
+	defer cancel()
+	s, gerr := c.Session(ctx, id)
+	if gerr != nil {
+		return code
+	}
+	switch s.State {
+	case api.SessionEnded:
+		if s.EndReason == nil || !strings.Contains(err.Error(), *s.EndReason) {
+			fmt.Fprintf(e.stderr, "jailctl: session %s has ended (%s)\n", id, endReasonText(s.EndReason))
+		}
+	case api.SessionRunning:
+		fmt.Fprintf(e.stderr, "jailctl: another call is running in session %s; \"jailctl session interrupt %s\" interrupts it\n", id, id)
+	}
+	return code
+}
+
+// reportSession prints a call's outcome as report does a run's, then what
+// became of the session.
+func (e *env) reportSession(resp *api.SessionExecuteResponse, outDir string) int {
+	r := resp.ExecuteResponse
+	// The runner printed the value of a final expression on stdout already.
+	r.Result = nil
+	r.Message = callMessage(resp)
+	code := e.report(&r, outDir)
+	e.sessionNotes(&resp.Session)
+	return code
+}
+
+// sessionMarkers start what the daemon appends to a call's message about
+// the session: session.state_lost and session.end_reason carry the same.
+var sessionMarkers = []string{"The interpreter was lost (", "The session has ended ("}
+
+// callMessage is a call's message about the call alone; sessionNotes says
+// what became of the session, in jailctl's words.
+func callMessage(resp *api.SessionExecuteResponse) string {
+	m := resp.Message
+	if resp.Session.StateLost || resp.Session.State == api.SessionEnded {
+		for _, marker := range sessionMarkers {
+			if i := strings.Index(m, marker); i >= 0 {
+				m = m[:i]
+			}
+		}
+	}
+	return strings.TrimSpace(m)
+}
+
+// sessionNotes says on stderr when a call cost the session its
+// interpreter, or the session ended.
+func (e *env) sessionNotes(st *api.SessionStatus) {
+	switch {
+	case st.State == api.SessionEnded:
+		fmt.Fprintf(e.stderr, "jailctl: the session has ended (%s)\n", endReasonText(st.EndReason))
+	case st.StateLost:
+		fmt.Fprintf(e.stderr, "jailctl: the session's interpreter was restarted (%s): variables and imports are gone; files are kept\n", lostReasonText(st.LostReason))
+	}
+}
+
+// lostReasonText says why a session lost its interpreter.
+func lostReasonText(reason *string) string {
+	if reason == nil {
+		return "it ended"
+	}
+	switch *reason {
+	case "timeout":
+		return "the call timed out and did not stop at the interrupt"
+	case "memory_limit":
+		return "the memory limit"
+	case "cpu_limit":
+		return "the CPU time limit"
+	case "output_limit":
+		return "the output limit"
+	case "cancelled":
+		return "the call was abandoned and did not stop"
+	case "crashed":
+		return "it crashed"
+	case "exited":
+		return "it exited"
+	}
+	return *reason
+}
+
+// endReasonText names why a session ended: the daemon's reason, and what
+// it means.
+func endReasonText(reason *string) string {
+	if reason == nil {
+		return "no reason given"
+	}
+	text := map[string]string{
+		"deleted":           "it was removed",
+		"idle_timeout":      "it was idle for its idle timeout",
+		"expired":           "it reached its time to live",
+		"repeated_losses":   "its interpreter was lost in too many calls in a row",
+		"daemon_shutdown":   "the daemon shut down",
+		"jail_ended":        "its jail ended",
+		"restart_failed":    "a fresh interpreter could not be started",
+		"connection_closed": "the connection that owned it closed",
+	}[*reason]
+	if text == "" {
+		return *reason
+	}
+	return *reason + ": " + text
+}
+
+func runSessionList(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session ls")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	socket := socketFlag(fs)
+	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
+		return rc
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/sessions", nil)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	var list api.SessionList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return e.errorf("malformed response: %v", err)
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+		return exitOK
+	}
+	writeSessionTable(e.stdout, list.Sessions, time.Now())
+	return exitOK
+}
+
+// writeSessionTable writes sessions as a table, oldest first.
+func writeSessionTable(w io.Writer, sessions []api.Session, now time.Time) {
+	sessions = append([]api.Session(nil), sessions...)
+	sort.SliceStable(sessions, func(i, j int) bool { return sessions[i].CreatedAt.Before(sessions[j].CreatedAt) })
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tCALLS\tIDLE TIMEOUT\tEXPIRES\tLAST USED\tEND REASON")
+	for _, s := range sessions {
+		end := "-"
+		if s.EndReason != nil {
+			end = *s.EndReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", quoteName(s.SessionID), quoteName(s.State), s.ExecutionCount,
+			shortDuration(time.Duration(s.IdleTimeoutS)*time.Second), expires(&s, now), lastUsed(&s, now), quoteName(end))
+	}
+	tw.Flush()
+}
+
+func expires(s *api.Session, now time.Time) string {
+	switch {
+	case s.State == api.SessionEnded || s.ExpiresAt.IsZero():
+		return "-"
+	case !s.ExpiresAt.After(now):
+		return "now"
+	}
+	return "in " + shortDuration(s.ExpiresAt.Sub(now))
+}
+
+func lastUsed(s *api.Session, now time.Time) string {
+	switch {
+	case s.ExecutionCount == 0:
+		return "never"
+	case s.LastUsedAt.IsZero():
+		return "-"
+	}
+	return ago(s.LastUsedAt, now)
+}
+
+func ago(t, now time.Time) string {
+	if d := now.Sub(t); d >= time.Second {
+		return shortDuration(d) + " ago"
+	}
+	return "just now"
+}
+
+// shortDuration formats d in at most two units: 45s, 1m30s, 10m, 2h5m,
+// 3d4h.
+func shortDuration(d time.Duration) string {
+	s := int64((d + time.Second/2) / time.Second)
+	two := func(a int64, ua string, b int64, ub string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d%s", a, ua)
+		}
+		return fmt.Sprintf("%d%s%d%s", a, ua, b, ub)
+	}
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return two(s/60, "m", s%60, "s")
+	case s < 86400:
+		return two(s/3600, "h", s%3600/60, "m")
+	}
+	return two(s/86400, "d", s%86400/3600, "h")
+}
+
+func runSessionShow(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session show")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	socket := socketFlag(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, sessionPath(pos[0]), nil)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	var s api.Session
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return e.errorf("malformed response: %v", err)
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+		return exitOK
+	}
+	writeSession(e.stdout, &s, time.Now())
+	return exitOK
+}
+
+// writeSession describes one session, a field a line.
+func writeSession(w io.Writer, s *api.Session, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, a...)...) }
+	row("session:", "%s", quoteName(s.SessionID))
+	row("state:", "%s", quoteName(s.State))
+	if s.EndReason != nil {
+		row("end reason:", "%s", quoteName(endReasonText(s.EndReason)))
+	}
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format(time.DateTime)
+	}
+	row("created:", "%s (%s)", stamp(s.CreatedAt), ago(s.CreatedAt, now))
+	row("expires:", "%s (%s)", stamp(s.ExpiresAt), expires(s, now))
+	row("idle timeout:", "%s", shortDuration(time.Duration(s.IdleTimeoutS)*time.Second))
+	row("calls:", "%d", s.ExecutionCount)
+	row("last used:", "%s", lastUsed(s, now))
+	row("limits:", "%s", limitsString(s.Limits))
+	row("network:", "%s", quoteName(s.Network))
+	warm := "no"
+	if s.Warm {
+		warm = "yes"
+	}
+	row("warm jail:", "%s", warm)
+	row("owner:", "uid %d", s.UID)
+	tw.Flush()
+}
+
+func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session interrupt")
+	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	socket := socketFlag(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, sessionPath(pos[0])+"/interrupt", struct{}{})
+	if err != nil {
+		return e.daemonError(err)
+	}
+	var resp api.SessionInterruptResponse
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return e.errorf("malformed response: %v", err)
+	}
+	if *jsonOut {
+		e.printJSON(raw)
+	}
+	if !resp.Interrupted {
+		if !*jsonOut {
+			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(pos[0]))
+		}
+		return exitFail
+	}
+	return exitOK
+}
+
+func runSessionRemove(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session rm")
+	socket := socketFlag(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 1, -1)
+	if !ok {
+		return rc
+	}
+	c := e.client(*socket)
+	code := exitOK
+	for _, id := range pos {
+		if _, err := c.DeleteSession(e.ctx, id); err != nil {
+			if e.ctx.Err() != nil {
+				return e.daemonError(err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, id) {
+				err = fmt.Errorf("%s: %w", quoteName(id), err)
+			}
+			code = e.daemonError(err)
+		}
+	}
+	return code
+}
