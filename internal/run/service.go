@@ -35,8 +35,8 @@ type Service struct {
 	mu        sync.Mutex
 	closed    bool
 	sessions  map[*Session]struct{} // live sessions, ended by Close
-	running   sync.WaitGroup // runs in progress
-	teardowns sync.WaitGroup // teardowns after runs that returned
+	running   sync.WaitGroup        // runs in progress
+	teardowns sync.WaitGroup        // teardowns after runs that returned
 }
 
 // New returns a Service over e and starts its warm pool. The Service owns
