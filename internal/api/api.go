@@ -157,6 +157,22 @@ type Info struct {
 	Caller      CallerInfo  `json:"caller"`
 	Pool        PoolInfo    `json:"pool"`
 	Network     NetworkInfo `json:"network"`
+	Sessions    SessionInfo `json:"sessions"`
+}
+
+// SessionInfo describes sessions on this daemon: the policy, and how many
+// live now.
+type SessionInfo struct {
+	Enabled          bool  `json:"enabled"`
+	Live             int   `json:"live"`
+	Running          int   `json:"running"` // live sessions with a call in progress
+	MaxPerUID        int   `json:"max_per_uid"`
+	MaxTotal         int   `json:"max_total"`
+	IdleTimeoutS     int64 `json:"idle_timeout_s"`
+	MaxIdleTimeoutS  int64 `json:"max_idle_timeout_s"`
+	TTLS             int64 `json:"ttl_s"`
+	MaxTTLS          int64 `json:"max_ttl_s"` // for this caller
+	InterruptGraceMs int64 `json:"interrupt_grace_ms"`
 }
 
 // NetworkInfo says whether runs may have egress, and on what terms.

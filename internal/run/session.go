@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/runner"
@@ -131,6 +132,7 @@ type Session struct {
 	fresh     bool // the interpreter has had no job yet
 	losses    int  // in a row
 	cur       *callState
+	net       egress.Usage // the jail's traffic at the end of the last call
 	ended     bool
 	endReason string
 	done      chan struct{} // closed when the session ended
@@ -454,6 +456,15 @@ wait:
 	res.OOMKilled = after.OOMKills > base.OOMKills
 	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated
 	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
+	if u := j.NetworkUsage(); u != nil {
+		// The jail's counters are the session's; the call's is the
+		// difference.
+		ss.mu.Lock()
+		prev := ss.net
+		ss.net = *u
+		ss.mu.Unlock()
+		res.Network = &egress.Usage{BytesSent: u.BytesSent - min(prev.BytesSent, u.BytesSent), BytesReceived: u.BytesReceived - min(prev.BytesReceived, u.BytesReceived)}
+	}
 	ss.mu.Lock()
 	recs := runner.ParseRecords(cs.records, strings.Count(c.Code, "\n")+1)
 	ss.mu.Unlock()

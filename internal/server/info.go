@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/version"
 )
@@ -47,6 +48,17 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	}
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
 		info.Caller.QuotaRemaining = &n
+	}
+	sc := s.cfg.Sessions
+	live, busy := s.sessions.Counts()
+	maxTTL := sc.MaxTTL.Duration
+	if who.Admin {
+		maxTTL = sc.AdminMaxTTL.Duration
+	}
+	info.Sessions = api.SessionInfo{
+		Enabled: sc.Enabled, Live: live, Running: busy, MaxPerUID: sc.MaxPerUID, MaxTotal: sc.MaxTotal,
+		IdleTimeoutS: int64(sc.IdleTimeout.Seconds()), MaxIdleTimeoutS: int64(sc.MaxIdleTimeout.Seconds()),
+		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: run.InterruptGrace.Milliseconds(),
 	}
 	writeJSON(w, http.StatusOK, info)
 	return nil
