@@ -54,8 +54,9 @@ func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcp
 	for _, tool := range list.Tools {
 		m.tools[tool.Name] = tool
 		in := resolveSchema(t, tool.Name+" input", tool.InputSchema)
-		if in.Schema().Type != "object" || !slices.Contains(in.Schema().Required, "code") {
-			t.Errorf("%s: input schema %v: want an object that requires code", tool.Name, in.Schema())
+		required := map[string][]string{"run_python": {"code"}, "lint_python": {"code"}, "format_python": {"code"}, "close_session": {"session_id"}}[tool.Name]
+		if in.Schema().Type != "object" || !slices.Equal(in.Schema().Required, required) {
+			t.Errorf("%s: input schema %v: want an object that requires %v", tool.Name, in.Schema(), required)
 		}
 		resolveSchema(t, tool.Name+" output", tool.OutputSchema)
 		if tool.Description == "" {
@@ -69,7 +70,7 @@ func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcp
 			}
 		}
 	})
-	if want := []string{"format_python", "lint_python", "run_python"}; !slices.Equal(names, want) {
+	if want := []string{"close_session", "format_python", "lint_python", "list_sessions", "open_session", "run_python"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	return m
@@ -313,15 +314,11 @@ plt.plot([1, 3, 2])
 // after closing its stdin, before it sends SIGTERM.
 const stdioGrace = 20 * time.Second
 
-// TestMCPHTTP serves `jailctl mcp --http` on a loopback port: a client
-// session over Streamable HTTP, the DNS rebinding and cross-origin
-// refusals, and the refusal to listen on a non-loopback address.
-func TestMCPHTTP(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	jailctl := filepath.Join(binDir, "jailctl")
-
-	cmd := exec.Command(jailctl, "--socket", shared.socket, "mcp", "--http", "127.0.0.1:0")
+// startMCPHTTP starts `jailctl mcp --http` on a loopback port for d and
+// returns it and its URL.
+func startMCPHTTP(t *testing.T, d *daemon) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp", "--http", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +346,17 @@ func TestMCPHTTP(t *testing.T) {
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
 		t.Fatalf("serving at %s, want http://127.0.0.1:PORT/mcp", url)
 	}
+	return cmd, url
+}
+
+// TestMCPHTTP serves `jailctl mcp --http` on a loopback port: a client
+// session over Streamable HTTP, the DNS rebinding and cross-origin
+// refusals, and the refusal to listen on a non-loopback address.
+func TestMCPHTTP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	jailctl := filepath.Join(binDir, "jailctl")
+	cmd, url := startMCPHTTP(t, shared)
 
 	m := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
 	var out runOutput

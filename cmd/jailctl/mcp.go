@@ -10,12 +10,14 @@ import (
 )
 
 const mcpHelp = `Serves jaild's tools to AI agents over the Model Context Protocol:
-run_python, lint_python and format_python, forwarded to the daemon. By
-default MCP is spoken on stdin and stdout, as desktop clients expect of a
-server they launch; diagnostics go to stderr. With --http, MCP is served
-over Streamable HTTP at http://ADDR/mcp instead, on a loopback address
-unless --allow-remote. It runs until stdin ends (stdio) or it is
-interrupted. See docs/MCP.md for client configuration.`
+run_python, lint_python and format_python, and open_session,
+close_session and list_sessions for sessions that keep Python's state
+across calls, forwarded to the daemon. By default MCP is spoken on stdin
+and stdout, as desktop clients expect of a server they launch;
+diagnostics go to stderr. With --http, MCP is served over Streamable HTTP
+at http://ADDR/mcp instead, on a loopback address unless --allow-remote.
+It runs until stdin ends (stdio) or it is interrupted, then closes the
+sessions opened through it. See docs/MCP.md for client configuration.`
 
 func runMCP(e *env, args []string) int {
 	fs := e.flagSet("mcp")
@@ -46,7 +48,7 @@ func runMCP(e *env, args []string) int {
 		return e.daemonError(err)
 	}
 	if l == nil {
-		if err := srv.ServeStdio(e.ctx, e.stdin, e.stdout); err != nil && e.ctx.Err() == nil {
+		if err := srv.ServeStdio(e.ctx, e.stdin, e.stdout); err != nil && (e.ctx.Err() == nil || errors.Is(err, mcp.ErrSessionsLeft)) {
 			return e.errorf("mcp: %v", err)
 		}
 		return exitOK

@@ -52,7 +52,10 @@ func isLoopback(host string) bool {
 }
 
 // Handler returns the Streamable HTTP endpoint at Path; other paths are
-// 404. Sessions are stateful (Mcp-Session-Id). The SDK refuses a request
+// 404. MCP sessions are stateful (Mcp-Session-Id); the daemon sessions
+// opened through one are deleted when it closes (the client's DELETE).
+// An MCP session whose client vanished without a DELETE stays open, and
+// its daemon sessions end at their idle timeout. The SDK refuses a request
 // that reached a loopback address with a Host header that is not a
 // loopback name (DNS rebinding), and a browser's cross-origin POST or
 // DELETE is refused as well; both with 403. A request whose connection
@@ -68,14 +71,17 @@ func (s *Server) Handler() http.Handler {
 
 // ServeHTTP serves Handler on l until ctx is done (nil) or serving fails.
 // Requests in flight get a second to finish; open event streams are then
-// closed.
+// closed. Then it ends the daemon sessions opened through it, waiting at
+// most EndTimeout; sessions it could not end make an error that wraps
+// ErrSessionsLeft. A Server serves once: later calls to open_session are
+// refused.
 func (s *Server) ServeHTTP(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve MCP over HTTP: %w", err)
+		return errors.Join(fmt.Errorf("serve MCP over HTTP: %w", err), s.owned.endAll(ctx))
 	case <-ctx.Done():
 	}
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -83,5 +89,5 @@ func (s *Server) ServeHTTP(ctx context.Context, l net.Listener) error {
 	if err := srv.Shutdown(grace); err != nil {
 		srv.Close()
 	}
-	return nil
+	return s.owned.endAll(ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -23,11 +25,12 @@ import (
 )
 
 // fakeDaemon answers "METHOD /path" with canned JSON on a Unix socket and
-// keeps the last request body of each route.
+// keeps the last request body and the number of requests of each route.
 type fakeDaemon struct {
 	sock string
 	mu   sync.Mutex
 	last map[string][]byte
+	hits map[string]int
 }
 
 type reply struct {
@@ -37,13 +40,23 @@ type reply struct {
 
 func newFakeDaemon(t *testing.T, replies map[string]reply) *fakeDaemon {
 	t.Helper()
+	return newFakeDaemonFunc(t, func(route string, _ int) (reply, bool) {
+		rep, ok := replies[route]
+		return rep, ok
+	})
+}
+
+// newFakeDaemonFunc is newFakeDaemon with the replies of a function of
+// the route and its number of requests so far, this one included.
+func newFakeDaemonFunc(t *testing.T, replies func(route string, n int) (reply, bool)) *fakeDaemon {
+	t.Helper()
 	// t.TempDir() can exceed the 108-byte limit of a socket path.
 	dir, err := os.MkdirTemp("", "mcp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s"), last: map[string][]byte{}}
+	f := &fakeDaemon{sock: filepath.Join(dir, "s"), last: map[string][]byte{}, hits: map[string]int{}}
 	ln, err := net.Listen("unix", f.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +66,10 @@ func newFakeDaemon(t *testing.T, replies map[string]reply) *fakeDaemon {
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.last[route] = body
+		f.hits[route]++
+		n := f.hits[route]
 		f.mu.Unlock()
-		rep, ok := replies[route]
+		rep, ok := replies(route, n)
 		if !ok {
 			rep = reply{http.StatusNotFound, `{"error":{"type":"not_found","message":"no route"}}`}
 		}
@@ -84,13 +99,22 @@ func (f *fakeDaemon) request(t *testing.T, route string, v any) {
 	}
 }
 
+// count is how many requests route had.
+func (f *fakeDaemon) count(route string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hits[route]
+}
+
 func infoReply(admin bool) reply {
 	info := api.Info{
 		Rootfs:      api.RootfsInfo{PythonVersion: "3.13.5", PythonPackages: map[string]string{"numpy": "2.2.4", "pandas": "2.2.3"}},
 		Defaults:    api.LimitValues{TimeoutMs: 10000, MemoryMB: 512, Pids: 64, FileSizeMB: 64, OutputBytes: 1 << 20},
-		Maxima:      api.LimitValues{TimeoutMs: 60000},
+		Maxima:      api.LimitValues{TimeoutMs: 60000, MemoryMB: 2048},
 		AdminMaxima: api.LimitValues{TimeoutMs: 3600000},
 		Caller:      api.CallerInfo{Admin: admin},
+		Sessions: api.SessionInfo{Enabled: true, MaxPerUID: 4, IdleTimeoutS: 600, MaxIdleTimeoutS: 3600, TTLS: 3600, MaxTTLS: 14400,
+			InterruptGraceMs: 2000},
 	}
 	b, _ := json.Marshal(info)
 	return reply{body: string(b)}
@@ -165,7 +189,7 @@ func TestDescriptionsFromInfo(t *testing.T) {
 		if admin {
 			max = "at most 3600 s"
 		}
-		for _, want := range []string{"Python 3.13.5", "numpy 2.2.4, pandas 2.2.3", "clean state", "no network", "print()", "10 s of wall-clock time", max, "512 MB of memory", "1 MiB each of stdout"} {
+		for _, want := range []string{"Python 3.13.5", "numpy 2.2.4, pandas 2.2.3", "clean state", "no network", "print()", "10 s of wall-clock time", max, "512 MB of memory", "1 MiB each of stdout", "clean state"} {
 			if !strings.Contains(run.Description, want) {
 				t.Errorf("admin %v: description lacks %q:\n%s", admin, want, run.Description)
 			}
@@ -325,6 +349,8 @@ func TestRunText(t *testing.T) {
 			"status: ok (0.09 s)\nexit code: 0\nstdout: (empty: print() what you want to see)\nstderr: (empty)"},
 		{"timeout", RunOutput{Status: "timeout", Message: "Execution terminated after 1 seconds (the time limit)", Signal: new(9), Stdout: "tick", StdoutTruncated: true, DurationMs: 1000},
 			"status: timeout (1 s)\nmessage: Execution terminated after 1 seconds (the time limit)\nkilled by signal 9\nstdout (cut at the output limit):\ntick\nstderr: (empty)"},
+		{"exception without a message", RunOutput{Status: "timeout", Exception: &api.ExecError{Type: "KeyboardInterrupt", Line: new(3)}, ExitCode: new(1)},
+			"status: timeout (0 s)\nexception: KeyboardInterrupt (line 3 of the code)\nexit code: 1\nstdout: (empty)\nstderr: (empty)"},
 		{"exception without a line", RunOutput{Status: "error", Message: "SyntaxError: invalid syntax", Exception: &api.ExecError{Type: "SyntaxError", Message: "invalid syntax"}, ExitCode: new(1)},
 			"status: error (0 s)\nexception: SyntaxError: invalid syntax\nexit code: 1\nstdout: (empty)\nstderr: (empty)"},
 	}
@@ -336,7 +362,7 @@ func TestRunText(t *testing.T) {
 }
 
 func TestMalformedDaemonResponse(t *testing.T) {
-	_, _, err := runResult(&api.ExecuteResponse{Status: "ok", Figures: []api.Figure{{Name: "f.png", ContentB64: "!"}}})
+	_, _, err := runResult(&api.ExecuteResponse{Status: "ok", Figures: []api.Figure{{Name: "f.png", ContentB64: "!"}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `figure "f.png"`) {
 		t.Errorf("bad figure base64: %v", err)
 	}
@@ -430,5 +456,477 @@ func TestHandlerRefusesRebindingAndOtherOrigins(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+func sessionReply(id, state string, endReason string) reply {
+	sess := api.Session{
+		SessionID: id, State: state, IdleTimeoutS: 600, ExecutionCount: 2,
+		CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour), LastUsedAt: time.Now(),
+		Limits: api.LimitValues{TimeoutMs: 2000, MemoryMB: 256},
+	}
+	if endReason != "" {
+		sess.EndReason = &endReason
+	}
+	return jsonReply(sess)
+}
+
+func toolByName(t *testing.T, cs *sdk.ClientSession, name string) *sdk.Tool {
+	t.Helper()
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name == name {
+			return tool
+		}
+	}
+	t.Fatalf("no tool %s", name)
+	return nil
+}
+
+// schemaOf decodes a tool's input schema.
+func schemaOf(t *testing.T, tool *sdk.Tool) (s struct {
+	Required   []string `json:"required"`
+	Properties map[string]struct {
+		Type      any      `json:"type"`
+		Maximum   *float64 `json:"maximum"`
+		MinLength *int     `json:"minLength"`
+	} `json:"properties"`
+}) {
+	t.Helper()
+	raw, _ := json.Marshal(tool.InputSchema)
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The session tools tell the model what persists, for how long, and what
+// is lost when.
+func TestSessionToolsDescribed(t *testing.T) {
+	f := newFakeDaemon(t, map[string]reply{"GET /v1/info": infoReply(false)})
+	_, cs := session(t, f)
+	open := toolByName(t, cs, OpenSessionTool)
+	for _, want := range []string{
+		"variables, functions, imports, and the files in /workspace (the working directory) and /tmp",
+		"ends 10 min after the end of its last call (idle_timeout_seconds, at most 1 h)",
+		"1 h after it opened at the latest (ttl_seconds, at most 4 h; the result's expires_at)", "when this MCP connection closes",
+		"One call runs at a time", "KeyboardInterrupt; if the code stops within 2 s the state is kept",
+		"restarted: variables and imports are lost but files are kept", "state_lost",
+		"512 MB by default, at most 2048 MB", "10 s by default, at most 60 s", "at most 4 sessions open at once", CloseSessionTool,
+	} {
+		if !strings.Contains(open.Description, want) {
+			t.Errorf("%s's description lacks %q:\n%s", OpenSessionTool, want, open.Description)
+		}
+	}
+	os := schemaOf(t, open)
+	for name, max := range map[string]float64{"timeout_seconds": 60, "memory_mb": 2048, "idle_timeout_seconds": 3600, "ttl_seconds": 14400} {
+		if m := os.Properties[name].Maximum; m == nil || *m != max {
+			t.Errorf("%s's %s: maximum %v, want %g", OpenSessionTool, name, m, max)
+		}
+	}
+	if len(os.Required) != 0 {
+		t.Errorf("%s requires %v", OpenSessionTool, os.Required)
+	}
+	if ins := cs.InitializeResult().Instructions; !strings.Contains(ins, "open_session") {
+		t.Errorf("instructions do not mention sessions: %s", ins)
+	}
+	for _, p := range []string{"memory_mb", "timeout_seconds", "idle_timeout_seconds", "ttl_seconds", "files"} {
+		if _, ok := os.Properties[p]; !ok {
+			t.Errorf("%s has no argument %s", OpenSessionTool, p)
+		}
+	}
+
+	run := toolByName(t, cs, RunTool)
+	for _, want := range []string{"Without session_id, each call starts from a clean state", "With session_id (from open_session)", "state_lost", "An ended session takes no more calls"} {
+		if !strings.Contains(run.Description, want) {
+			t.Errorf("%s's description lacks %q:\n%s", RunTool, want, run.Description)
+		}
+	}
+	if p, ok := schemaOf(t, run).Properties["session_id"]; !ok || p.Type != "string" || p.MinLength == nil || *p.MinLength != 1 {
+		t.Errorf("%s's session_id: %+v", RunTool, p)
+	}
+	if cl := schemaOf(t, toolByName(t, cs, CloseSessionTool)); len(cl.Required) != 1 || cl.Required[0] != "session_id" {
+		t.Errorf("%s requires %v, want session_id", CloseSessionTool, cl.Required)
+	}
+	toolByName(t, cs, ListSessionsTool)
+}
+
+func TestRunInSession(t *testing.T) {
+	f := newFakeDaemon(t, map[string]reply{
+		"GET /v1/info": infoReply(false),
+		"POST /v1/sessions/s-1/execute": jsonReply(api.SessionExecuteResponse{
+			ExecuteResponse: api.ExecuteResponse{Status: api.StatusOK, ExitCode: new(0), Stdout: "42\n", Result: new("42"), Usage: api.Usage{DurationMs: 20}},
+			ExecutionCount:  2,
+			Session:         api.SessionStatus{SessionID: "s-1", State: api.SessionIdle},
+		}),
+	})
+	_, cs := session(t, f)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{
+		"code": "x + 1", "session_id": "s-1", "timeout_seconds": 1.5, "stdin": "in",
+		"files": []map[string]string{{"path": "d.csv", "content_b64": "YQ=="}}, "return_files": []string{"*.csv"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.count("POST /v1/execute") != 0 {
+		t.Error("a call with session_id went to POST /v1/execute")
+	}
+	var req api.SessionExecuteRequest
+	f.request(t, "POST /v1/sessions/s-1/execute", &req)
+	if req.Code != "x + 1" || req.Stdin == nil || *req.Stdin != "in" || req.Limits == nil || *req.Limits.TimeoutMs != 1500 || req.Limits.MemoryMB != nil ||
+		len(req.Files) != 1 || len(req.ReturnFiles) != 1 || req.LastLineInteractive != nil || req.Env != nil || req.Network != "" {
+		t.Errorf("request to the daemon: %+v", req)
+	}
+	text := resultText(res)
+	if res.IsError || !strings.HasPrefix(text, "status: ok (0.02 s)\nsession: s-1, execution_count 2\n") || !strings.Contains(text, "stdout:\n42\n") || strings.Contains(text, "state_lost") {
+		t.Errorf("isError %v, text:\n%s", res.IsError, text)
+	}
+	var out RunOutput
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Session == nil || *out.Session != (CallSession{SessionID: "s-1", ExecutionCount: 2, State: "idle"}) || out.Result == nil || *out.Result != "42" {
+		t.Errorf("structured content %s", raw)
+	}
+}
+
+func TestSessionCallText(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sess CallSession
+		want []string
+		not  []string
+	}{
+		{"state kept", CallSession{SessionID: "s-1", ExecutionCount: 3, State: "idle"}, []string{"session: s-1, execution_count 3\nstate kept: the code stopped at the KeyboardInterrupt"}, []string{"state_lost", "ended"}},
+		{"state lost", CallSession{SessionID: "s-1", ExecutionCount: 3, State: "idle", StateLost: true, LostReason: "timeout"},
+			[]string{"state_lost: true (lost_reason: timeout)", "variables and imports are gone, files in /workspace and /tmp are kept"}, []string{"session ended", "state kept"}},
+		{"ended", CallSession{SessionID: "s-1", ExecutionCount: 3, State: "ended", EndReason: "repeated_losses", StateLost: true, LostReason: "memory_limit"},
+			[]string{"state_lost: true (lost_reason: memory_limit)", "session ended: its interpreter was lost several times in a row (repeated_losses)", "open a new one with open_session"}, nil},
+		{"ended without a reason", CallSession{SessionID: "s-1", ExecutionCount: 3, State: "ended"}, []string{"session ended. It takes no more calls"}, nil},
+	} {
+		got := runText(&RunOutput{Status: "timeout", Session: &tc.sess})
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: text lacks %q:\n%s", tc.name, w, got)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(got, w) {
+				t.Errorf("%s: text has %q:\n%s", tc.name, w, got)
+			}
+		}
+	}
+}
+
+// A call the daemon refuses says why, in words the model can act on.
+func TestSessionCallRefused(t *testing.T) {
+	conflict := reply{http.StatusConflict, `{"error":{"type":"conflict","message":"session s-x has ended (idle_timeout)"}}`}
+	f := newFakeDaemon(t, map[string]reply{
+		"GET /v1/info":                     infoReply(false),
+		"POST /v1/sessions/s-gone/execute": conflict,
+		"GET /v1/sessions/s-gone":          sessionReply("s-gone", api.SessionEnded, "idle_timeout"),
+		"POST /v1/sessions/s-busy/execute": {http.StatusConflict, `{"error":{"type":"conflict","message":"session s-busy is running another call"}}`},
+		"GET /v1/sessions/s-busy":          sessionReply("s-busy", api.SessionRunning, ""),
+	})
+	_, cs := session(t, f)
+	for id, want := range map[string][]string{
+		"s-gone": {"jaild did not run the code: session s-x has ended (idle_timeout)", "Session s-gone has ended: no call came within its idle timeout (idle_timeout)", "Open a new one with open_session"},
+		"s-busy": {"Another call is running in session s-busy: one call runs at a time"},
+		"s-none": {"no route", "There is no session s-none", "Open one with open_session, or call run_python without session_id"},
+	} {
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "session_id": id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !res.IsError || !strings.Contains(resultText(res), w) {
+				t.Errorf("%s: isError %v, %q, want %q", id, res.IsError, resultText(res), w)
+			}
+		}
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "session_id": ""}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "session_id") {
+		t.Errorf("empty session_id: %v, %+v", err, res)
+	}
+}
+
+func TestOpenAndCloseSession(t *testing.T) {
+	f := newFakeDaemon(t, map[string]reply{
+		"GET /v1/info":            infoReply(false),
+		"POST /v1/sessions":       sessionReply("s-1", api.SessionIdle, ""),
+		"DELETE /v1/sessions/s-1": sessionReply("s-1", api.SessionEnded, "deleted"),
+		// Deleting an ended session answers its snapshot.
+		"DELETE /v1/sessions/s-old": sessionReply("s-old", api.SessionEnded, "expired"),
+		"GET /v1/sessions": jsonReply(api.SessionList{Sessions: []api.Session{
+			{SessionID: "s-1", State: api.SessionIdle, IdleTimeoutS: 600, ExpiresAt: time.Now().Add(time.Hour)},
+			{SessionID: "s-other", State: api.SessionIdle, UID: 1234},
+		}}),
+	})
+	_, cs := session(t, f)
+	ctx := context.Background()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: OpenSessionTool, Arguments: map[string]any{
+		"memory_mb": 256, "timeout_seconds": 2, "idle_timeout_seconds": 60, "ttl_seconds": 120,
+		"files": []map[string]string{{"path": "d.csv", "content_b64": "YQ=="}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req api.SessionCreateRequest
+	f.request(t, "POST /v1/sessions", &req)
+	if req.Limits == nil || *req.Limits.TimeoutMs != 2000 || *req.Limits.MemoryMB != 256 || req.Limits.Pids != nil ||
+		*req.IdleTimeoutS != 60 || *req.TTLS != 120 || len(req.Files) != 1 || req.Network != "" {
+		t.Errorf("request to the daemon: %+v", req)
+	}
+	text := resultText(res)
+	for _, w := range []string{"session_id: s-1\n", "variables, imports and the files in /workspace and /tmp persist", "One call runs at a time", "after 10 min without a call", "at the latest (in 1 h)", "when this MCP connection closes", "256 MB of memory"} {
+		if res.IsError || !strings.Contains(text, w) {
+			t.Errorf("open: isError %v, text lacks %q:\n%s", res.IsError, w, text)
+		}
+	}
+	var info SessionInfo
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &info); err != nil || info.SessionID != "s-1" || info.IdleTimeoutSeconds != 600 || info.TimeoutSeconds != 2 || info.MemoryMB != 256 {
+		t.Errorf("open: structured content %s", raw)
+	}
+	if exp, err := time.Parse(time.RFC3339, info.ExpiresAt); err != nil || time.Until(exp) < 59*time.Minute {
+		t.Errorf("expires_at %q: %v", info.ExpiresAt, err)
+	}
+
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: ListSessionsTool, Arguments: map[string]any{}})
+	raw, _ = json.Marshal(res.StructuredContent)
+	if err != nil || res.IsError || !strings.Contains(resultText(res), "s-1: idle, 0 calls, ends after 10 min without a call") || strings.Contains(string(raw), "s-other") {
+		t.Errorf("list: %v, %q, %s", err, resultText(res), raw)
+	}
+
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-1"}})
+	if err != nil || res.IsError || resultText(res) != "Session s-1 is closed after 2 calls; its variables and files are gone." {
+		t.Errorf("close: %v, %+v, %q", err, res, resultText(res))
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-old"}})
+	if err != nil || res.IsError || !strings.Contains(resultText(res), "had already ended: it reached its time to live (expired)") {
+		t.Errorf("close an ended session: %v, %q", err, resultText(res))
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-none"}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "jaild did not close the session: no route") {
+		t.Errorf("close an unknown session: %v, %q", err, resultText(res))
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: OpenSessionTool, Arguments: map[string]any{"memory_mb": 1 << 20}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "memory_mb") {
+		t.Errorf("open above the maximum: %v, %q", err, resultText(res))
+	}
+}
+
+// sessionsDaemon opens sessions s-1, s-2, ... and answers their DELETE.
+func sessionsDaemon(t *testing.T, deleteStatus int) *fakeDaemon {
+	return newFakeDaemonFunc(t, func(route string, n int) (reply, bool) {
+		switch {
+		case route == "GET /v1/info":
+			return infoReply(false), true
+		case route == "POST /v1/sessions":
+			return sessionReply(fmt.Sprintf("s-%d", n), api.SessionIdle, ""), true
+		case strings.HasPrefix(route, "DELETE /v1/sessions/"):
+			if deleteStatus != http.StatusOK {
+				return reply{deleteStatus, `{"error":{"type":"internal","message":"no"}}`}, true
+			}
+			return sessionReply(strings.TrimPrefix(route, "DELETE /v1/sessions/"), api.SessionEnded, "deleted"), true
+		}
+		return reply{}, false
+	})
+}
+
+func openSession(t *testing.T, cs *sdk.ClientSession) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: OpenSessionTool, Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("open_session: %v, %q", err, resultText(res))
+	}
+	return res.StructuredContent.(map[string]any)["session_id"].(string)
+}
+
+// connect is one more client connection to s.
+func connect(t *testing.T, s *Server) *sdk.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	st, ct := sdk.NewInMemoryTransports()
+	ss, err := s.mcp.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 5 s", what)
+		}
+	}
+}
+
+// Sessions end with the connection that opened them, and all of them
+// when the server stops; a session closed with close_session is not
+// deleted again.
+func TestSessionsEndWithTheirConnection(t *testing.T) {
+	f := sessionsDaemon(t, http.StatusOK)
+	s, a := session(t, f)
+	b := connect(t, s)
+	if id := openSession(t, a); id != "s-1" {
+		t.Fatalf("first session %s", id)
+	}
+	openSession(t, b) // s-2
+	openSession(t, a) // s-3
+	res, err := a.CallTool(context.Background(), &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-3"}})
+	if err != nil || res.IsError {
+		t.Fatalf("close_session: %v, %q", err, resultText(res))
+	}
+
+	a.Close()
+	waitFor(t, "DELETE of s-1", func() bool { return f.count("DELETE /v1/sessions/s-1") == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if f.count("DELETE /v1/sessions/s-2") != 0 || f.count("DELETE /v1/sessions/s-3") != 1 {
+		t.Errorf("after a closed: s-2 deleted %d times (want 0: b is open), s-3 %d (want 1: by close_session)",
+			f.count("DELETE /v1/sessions/s-2"), f.count("DELETE /v1/sessions/s-3"))
+	}
+
+	if err := s.owned.endAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.count("DELETE /v1/sessions/s-2") != 1 {
+		t.Error("the server stopped and s-2 is not deleted")
+	}
+	// Opened after the stop: nothing would end it, so it is ended at once.
+	res, err = b.CallTool(context.Background(), &sdk.CallToolParams{Name: OpenSessionTool, Arguments: map[string]any{}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "shutting down") || f.count("DELETE /v1/sessions/s-4") != 1 {
+		t.Errorf("open_session after the stop: %v, %q, deleted %d times", err, resultText(res), f.count("DELETE /v1/sessions/s-4"))
+	}
+	b.Close()
+	time.Sleep(50 * time.Millisecond)
+	if f.count("DELETE /v1/sessions/s-2") != 1 {
+		t.Error("s-2 deleted twice")
+	}
+}
+
+// The stdio server has deleted its sessions when ServeStdio returns, and
+// says so when it could not.
+func TestServeStdioEndsSessions(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		wantErr bool
+	}{{http.StatusOK, false}, {http.StatusInternalServerError, true}} {
+		f := sessionsDaemon(t, tc.status)
+		s, err := New(context.Background(), client.New(f.sock), "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		served := make(chan error, 1)
+		go func() {
+			served <- s.ServeStdio(context.Background(), inR, outW)
+			outW.Close()
+		}()
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(context.Background(), &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		openSession(t, cs)
+		openSession(t, cs)
+		cs.Close() // closes the server's stdin
+		err = <-served
+		if n := f.count("DELETE /v1/sessions/s-1") + f.count("DELETE /v1/sessions/s-2"); n != 2 {
+			t.Errorf("daemon %d: %d deletes when ServeStdio returned, want 2", tc.status, n)
+		}
+		if tc.wantErr != errors.Is(err, ErrSessionsLeft) || (tc.wantErr && !strings.Contains(err.Error(), "session s-")) {
+			t.Errorf("daemon %d: ServeStdio: %v", tc.status, err)
+		}
+	}
+}
+
+// Ending sessions does not wait on a daemon that does not answer.
+func TestEndSessionsIsBounded(t *testing.T) {
+	defer func(d time.Duration) { endTimeout = d }(endTimeout)
+	endTimeout = 100 * time.Millisecond
+	hang := make(chan struct{})
+	dir, err := os.MkdirTemp("", "mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	srv.Listener = ln
+	srv.Start()
+	defer srv.Close()
+	defer close(hang)
+	s := &Server{client: client.New(filepath.Join(dir, "s"))}
+	start := time.Now()
+	err = s.endSessions(context.Background(), []string{"s-1", "s-2"})
+	if !errors.Is(err, ErrSessionsLeft) || time.Since(start) > 2*time.Second {
+		t.Errorf("endSessions on a hung daemon: %v after %s", err, time.Since(start))
+	}
+}
+
+// Over HTTP, a client's DELETE of its MCP session ends its sessions.
+func TestHTTPSessionEndsSessions(t *testing.T) {
+	f := sessionsDaemon(t, http.StatusOK)
+	s, _ := session(t, f)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + Path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := openSession(t, cs)
+	time.Sleep(50 * time.Millisecond)
+	if f.count("DELETE /v1/sessions/"+id) != 0 {
+		t.Fatal("the session ended with the HTTP request that opened it")
+	}
+	cs.Close()
+	waitFor(t, "DELETE of "+id, func() bool { return f.count("DELETE /v1/sessions/"+id) == 1 })
+}
+
+// A daemon without sessions gets no session tools, and run_python no
+// session_id.
+func TestSessionsDisabled(t *testing.T) {
+	info := api.Info{Maxima: api.LimitValues{TimeoutMs: 60000}}
+	f := newFakeDaemon(t, map[string]reply{"GET /v1/info": jsonReply(info)})
+	_, cs := session(t, f)
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range list.Tools {
+		names = append(names, tool.Name)
+	}
+	if strings.Join(names, ",") != "format_python,lint_python,run_python" {
+		t.Errorf("tools %v", names)
+	}
+	run := toolByName(t, cs, RunTool)
+	if _, ok := schemaOf(t, run).Properties["session_id"]; ok || strings.Contains(run.Description, "session") {
+		t.Errorf("run_python speaks of sessions:\n%s", run.Description)
+	}
+	if ins := cs.InitializeResult().Instructions; strings.Contains(ins, "session") {
+		t.Errorf("instructions speak of sessions: %s", ins)
+	}
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "session_id": "s-1"}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "session_id") {
+		t.Errorf("session_id without sessions: %v, %q", err, resultText(res))
 	}
 }

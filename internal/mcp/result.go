@@ -17,10 +17,11 @@ import (
 
 // runResult turns the daemon's answer into run_python's result: a text
 // for the model, then each figure as a PNG image and each returned file as
-// an embedded resource, plus the structured output. A run that did not
-// end with status ok is a result with IsError set, not a protocol error.
-// The error is for a response whose base64 does not decode.
-func runResult(resp *api.ExecuteResponse) (*sdk.CallToolResult, *RunOutput, error) {
+// an embedded resource, plus the structured output. sess, for a call in a
+// session, is what became of the session. A run that did not end with
+// status ok is a result with IsError set, not a protocol error. The error
+// is for a response whose base64 does not decode.
+func runResult(resp *api.ExecuteResponse, sess *CallSession) (*sdk.CallToolResult, *RunOutput, error) {
 	out := &RunOutput{
 		Status:          resp.Status,
 		Message:         resp.Message,
@@ -32,6 +33,8 @@ func runResult(resp *api.ExecuteResponse) (*sdk.CallToolResult, *RunOutput, erro
 		StdoutTruncated: resp.StdoutTruncated,
 		StderrTruncated: resp.StderrTruncated,
 		DurationMs:      resp.Usage.DurationMs,
+		Result:          resp.Result,
+		Session:         sess,
 	}
 	var attached []sdk.Content
 	for _, f := range resp.Figures {
@@ -94,12 +97,31 @@ func resourceContents(uri, name string, content []byte) *sdk.ResourceContents {
 func runText(out *RunOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s (%s)\n", out.Status, seconds(out.DurationMs))
+	if s := out.Session; s != nil {
+		fmt.Fprintf(&b, "session: %s, execution_count %d\n", s.SessionID, s.ExecutionCount)
+		switch {
+		case s.StateLost:
+			fmt.Fprintf(&b, "state_lost: true (lost_reason: %s): the session's interpreter was replaced; variables and imports are gone, files in /workspace and /tmp are kept.\n", s.LostReason)
+		case out.Status == api.StatusTimeout:
+			fmt.Fprintf(&b, "state kept: the code stopped at the KeyboardInterrupt; variables are as it left them.\n")
+		}
+		if s.State == api.SessionEnded {
+			why := ""
+			if s.EndReason != "" {
+				why = ": " + endReasonText(s.EndReason)
+			}
+			fmt.Fprintf(&b, "session ended%s. It takes no more calls, and its variables and files are gone; open a new one with %s.\n", why, OpenSessionTool)
+		}
+	}
 	e := out.Exception
 	if out.Message != "" && (e == nil || out.Message != e.Type+": "+e.Message) {
 		fmt.Fprintf(&b, "message: %s\n", out.Message)
 	}
 	if e != nil {
-		fmt.Fprintf(&b, "exception: %s: %s", e.Type, e.Message)
+		fmt.Fprintf(&b, "exception: %s", e.Type)
+		if e.Message != "" {
+			fmt.Fprintf(&b, ": %s", e.Message)
+		}
 		if e.Line != nil {
 			fmt.Fprintf(&b, " (line %d of the code)", *e.Line)
 		}

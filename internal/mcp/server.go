@@ -1,5 +1,6 @@
 // Package mcp serves jaild to AI agents over the Model Context Protocol:
-// three tools, run_python, lint_python and format_python, that forward to
+// the tools run_python, lint_python and format_python, and open_session,
+// close_session and list_sessions for stateful sessions, all forwarded to
 // the daemon's HTTP API through package client. It never runs code itself;
 // every run happens in the daemon's jails.
 //
@@ -8,6 +9,10 @@
 // Tool descriptions are built from the daemon's GET /v1/info at start-up,
 // so they tell the model the Python version, the installed packages and
 // the limits it will really get.
+//
+// Sessions opened through an MCP connection end with it: the server
+// deletes them when the connection closes, and all that remain when it
+// stops serving.
 package mcp
 
 import (
@@ -26,16 +31,26 @@ import (
 // request, whose default bound (max_body_bytes) is 64 MiB.
 const maxMessageBytes = 65 << 20
 
-// instructions is the server's advice to the model, sent at initialization.
-const instructions = `jaild runs Python in a fresh, isolated jail per call, without network access.
-Use run_python to compute, analyse data or plot (figures come back as images); each call starts from a clean state, so send everything a task needs in one call and print() what you want to see.
+// instructions is the server's advice to the model, sent at
+// initialization.
+func instructions(sessions bool) string {
+	s := `jaild runs Python in isolated jails, without network access.
+Use run_python to compute, analyse data or plot (figures come back as images), and print() what you want to see. `
+	if !sessions {
+		return s + `Each call starts from a clean state, so send everything a task needs in one call.
 Use lint_python and format_python to check and tidy code without running it.`
+	}
+	return s + `Without a session each call starts from a clean state, so send everything a task needs in one call.
+To keep variables, imports and files from one call to the next, open a session with open_session, pass its session_id to run_python, and close it with close_session when done; a session ends on its own after a while without calls, and when this connection closes.
+Use lint_python and format_python to check and tidy code without running it.`
+}
 
 // Server is jaild's MCP server. One Server serves any number of sessions.
 type Server struct {
 	client *client.Client
 	info   *api.Info
 	mcp    *sdk.Server
+	owned  *owned
 }
 
 // New reads the daemon's info through c, for the tool descriptions, and
@@ -48,8 +63,9 @@ func New(ctx context.Context, c *client.Client, version string) (*Server, error)
 		return nil, fmt.Errorf("read the daemon's info: %w", err)
 	}
 	s := &Server{client: c, info: info}
+	s.owned = &owned{end: s.endSessions, conns: map[*sdk.ServerSession]map[string]struct{}{}}
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "jaild", Title: "jaild: Python in jails", Version: version},
-		&sdk.ServerOptions{Instructions: instructions})
+		&sdk.ServerOptions{Instructions: instructions(info.Sessions.Enabled)})
 	if err := s.addTools(); err != nil {
 		return nil, err
 	}
@@ -57,10 +73,18 @@ func New(ctx context.Context, c *client.Client, version string) (*Server, error)
 }
 
 // ServeStdio serves one session of newline-delimited JSON-RPC read from r
-// and written to w, until r ends (nil) or ctx is done (ctx's error).
+// and written to w, until r ends (nil) or ctx is done (ctx's error). Then
+// it ends the daemon sessions opened through it, waiting at most
+// EndTimeout; sessions it could not end make an error that wraps
+// ErrSessionsLeft, returned in place of nil or ctx's error. A Server
+// serves once: later calls to open_session are refused.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
 	t := &sdk.IOTransport{Reader: io.NopCloser(r), Writer: nopWriteCloser{w}, MaxLineLength: maxMessageBytes}
-	return s.mcp.Run(ctx, t)
+	err := s.mcp.Run(ctx, t)
+	if endErr := s.owned.endAll(ctx); endErr != nil && (err == nil || ctx.Err() != nil) {
+		return endErr
+	}
+	return err
 }
 
 type nopWriteCloser struct{ io.Writer }

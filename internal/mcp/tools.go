@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ type RunInput struct {
 	TimeoutSeconds float64     `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit of the run in seconds (default: the daemon's)"`
 	Files          []FileInput `json:"files,omitempty" jsonschema:"files written into /workspace before the code runs"`
 	ReturnFiles    []string    `json:"return_files,omitempty" jsonschema:"paths or glob patterns (*, ?, [...] within a name, ** across directories), relative to /workspace, of files to send back after the run"`
+	SessionID      string      `json:"session_id,omitempty" jsonschema:"run the code in this session, opened with open_session, where the variables, imports and files of its earlier calls persist (default: a fresh sandbox of its own)"`
 }
 
 // FileInput is a file written into the workspace before the code runs.
@@ -54,6 +54,8 @@ type RunOutput struct {
 	Files           []FileResult   `json:"files,omitempty" jsonschema:"the files that matched return_files"`
 	Figures         []string       `json:"figures,omitempty" jsonschema:"names of the matplotlib figures, returned as PNG images"`
 	DurationMs      int64          `json:"duration_ms" jsonschema:"wall-clock time of the run"`
+	Result          *string        `json:"result,omitempty" jsonschema:"in a session, the repr() of the value of a last line that is an expression (also printed to stdout)"`
+	Session         *CallSession   `json:"session,omitempty" jsonschema:"with session_id: the call's number in the session and what became of the session"`
 }
 
 // FileResult is a file that matched return_files: returned (its content
@@ -105,6 +107,11 @@ func (s *Server) addTools() error {
 	lintSchema.Properties["select"].Description += " (default: " + strings.Join(ruff.DefaultSelect, ", ") + ")"
 	lintSchema.Properties["ignore"].Description += " (default: " + strings.Join(ruff.DefaultIgnore, ", ") + ")"
 	runSchema.Properties["code"].MinLength = jsonschema.Ptr(1)
+	if s.info.Sessions.Enabled {
+		runSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
+	} else {
+		delete(runSchema.Properties, "session_id")
+	}
 	timeout := runSchema.Properties["timeout_seconds"]
 	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
 	timeout.Maximum = jsonschema.Ptr(float64(s.maxima().TimeoutMs) / 1000)
@@ -131,7 +138,10 @@ func (s *Server) addTools() error {
 		InputSchema: formatSchema,
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.format)
-	return nil
+	if !s.info.Sessions.Enabled {
+		return nil
+	}
+	return s.addSessionTools()
 }
 
 // inputSchema is the schema inferred from T, with its optional
@@ -166,15 +176,24 @@ func (s *Server) runDescription() string {
 		pkgs = append(pkgs, name+" "+rootfs.PythonPackages[name])
 	}
 	d, m := s.info.Defaults, s.maxima()
+	inSession := ""
+	if s.info.Sessions.Enabled {
+		inSession = " In a session the time limit defaults to the session's, and memory, processes and file size are the session's, for all its calls together."
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run a Python program in a fresh, isolated sandbox (a jail) and get back its stdout, stderr and exit status, the exception if one was raised, matplotlib figures as PNG images, and the files you ask for.\n\n")
+	fmt.Fprintf(&b, "Run a Python program in an isolated sandbox (a jail) and get back its stdout, stderr and exit status, the exception if one was raised, matplotlib figures as PNG images, and the files you ask for.\n\n")
 	fmt.Fprintf(&b, "- Python %s with the standard library and these packages (nothing else can be installed): %s.\n", rootfs.PythonVersion, strings.Join(pkgs, ", "))
-	fmt.Fprintf(&b, "- Each call starts from a clean state: no variables, imports or files survive from an earlier call, so send all the code and files a task needs in one call.\n")
+	if !s.info.Sessions.Enabled {
+		fmt.Fprintf(&b, "- Each call starts from a clean state: no variables, imports or files survive from an earlier call, so send all the code and files a task needs in one call.\n")
+	} else {
+		fmt.Fprintf(&b, "- Without session_id, each call starts from a clean state in a fresh sandbox: no variables, imports or files survive from an earlier call, so send all the code and files a task needs in one call.\n")
+		fmt.Fprintf(&b, "- With session_id (from %s), the code runs in that session's interpreter: variables, imports and the files in /workspace and /tmp persist from its earlier calls, and the value of a last line that is an expression is printed, as in a REPL. One call runs at a time in a session. If the interpreter had to be restarted (the call went past its time limit and did not stop at the interrupt, or hit the memory limit), the result says state_lost: variables and imports are gone, files are kept. An ended session takes no more calls.\n", OpenSessionTool)
+	}
 	fmt.Fprintf(&b, "- There is no network access.\n")
 	fmt.Fprintf(&b, "- Only what the program prints is shown: print() what you want to see. Figures shown with plt.show() or still open at the end come back as images.\n")
 	fmt.Fprintf(&b, "- The program runs as main.py in /workspace, its current directory. `files` are written there first; `return_files` are sent back afterwards.\n")
-	fmt.Fprintf(&b, "- Limits of each call: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.\n",
-		seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes))
+	fmt.Fprintf(&b, "- Limits of each call: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.%s\n",
+		seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes), inSession)
 	fmt.Fprintf(&b, "- A run that fails (an exception, a non-zero exit, the time or memory limit) is a result with isError set, its message, the exception and stderr: fix the code and call again.")
 	return b.String()
 }
@@ -200,6 +219,9 @@ func bytesString(n int64) string {
 }
 
 func (s *Server) run(ctx context.Context, _ *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
+	if in.SessionID != "" {
+		return s.runInSession(ctx, in)
+	}
 	req, err := executeRequest(in)
 	if err != nil {
 		return nil, nil, err
@@ -208,7 +230,7 @@ func (s *Server) run(ctx context.Context, _ *sdk.CallToolRequest, in RunInput) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not run the code: %w", err)
 	}
-	return runResult(resp)
+	return runResult(resp, nil)
 }
 
 // executeRequest maps run_python's arguments to the daemon's request. The
@@ -223,12 +245,10 @@ func executeRequest(in RunInput) (*api.ExecuteRequest, error) {
 		req.Files = append(req.Files, api.FileIn{Path: f.Path, ContentB64: f.ContentB64})
 	}
 	if in.TimeoutSeconds != 0 {
-		// The bound keeps the conversion exact; the daemon's maximum is
-		// far lower and it names it.
-		if !(in.TimeoutSeconds > 0) || in.TimeoutSeconds > math.MaxInt32 {
-			return nil, fmt.Errorf("timeout_seconds: want a positive number of seconds, not %g", in.TimeoutSeconds)
+		ms, err := timeoutMs(in.TimeoutSeconds)
+		if err != nil {
+			return nil, err
 		}
-		ms := int64(math.Ceil(in.TimeoutSeconds * 1000))
 		req.Limits = &api.Limits{TimeoutMs: &ms}
 	}
 	return req, nil

@@ -4,8 +4,8 @@ import (
 	"net/http"
 
 	"github.com/jaild/jaild/internal/api"
-	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/version"
 )
 

@@ -147,6 +147,12 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(err)
 	}
+	if r.Context().Err() != nil {
+		// Nobody will learn this session's id: end it now rather than at
+		// its idle timeout.
+		_, _ = s.sessions.Delete(info.ID, sessions.Caller{UID: who.UID, Admin: who.Admin})
+		return fail(errdefs.New(errdefs.ErrUnavailable, "client went away while the session was made; it was ended"))
+	}
 	s.log.Info("audit", "op", "session_create", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
 		"session_id", info.ID, "warm", h.Warm(), "memory_mb", limits.MemoryBytes>>20, "pids", limits.Pids,
 		"idle_timeout_s", int64(idle/time.Second), "ttl_s", int64(ttl/time.Second), "network", meta.network)
@@ -258,9 +264,9 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	l.Timeout, l.OutputBytes = call.Timeout, call.OutputBytes
 	resp := &api.SessionExecuteResponse{ExecuteResponse: *response(&res.Result, l), ExecutionCount: res.Count}
 	after, err := s.sessions.Get(id, sw)
-	if err != nil {
+	if err != nil { // dropped from the table meanwhile
 		after = info
-		after.State = sessions.StateEnded
+		after.State, after.EndReason = sessions.StateEnded, res.EndReason
 	}
 	resp.Session = api.SessionStatus{SessionID: id, State: after.State, StateLost: res.StateLost}
 	if after.EndReason != "" {
@@ -270,11 +276,15 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	if res.StateLost {
 		reason := res.LostReason
 		resp.Session.LostReason = &reason
-		resp.Message = strings.TrimSpace(resp.Message + lostMessage(res))
+		resp.Message = sentences(resp.Message, lostMessage(res))
 	}
 	if res.Ended || after.State == sessions.StateEnded {
 		resp.Session.State = sessions.StateEnded
-		resp.Message = strings.TrimSpace(resp.Message + " The session has ended (" + after.EndReason + ").")
+		reason := after.EndReason
+		if reason == "" {
+			reason = res.EndReason
+		}
+		resp.Message = sentences(resp.Message, "The session has ended ("+reason+").")
 	}
 	s.audit.ranSession(who, id, res.Count, req.Code, l, res, queued, time.Since(start))
 	writeJSON(w, http.StatusOK, resp)
@@ -283,9 +293,21 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 
 func lostMessage(res *run.CallResult) string {
 	if res.Ended {
-		return " The interpreter was lost (" + res.LostReason + ")."
+		return "The interpreter was lost (" + res.LostReason + ")."
 	}
-	return " The interpreter was lost (" + res.LostReason + ") and a fresh one started: variables and imports are gone; the workspace and /tmp are kept."
+	return "The interpreter was lost (" + res.LostReason + ") and a fresh one started: variables and imports are gone; the workspace and /tmp are kept."
+}
+
+// sentences joins a message and a sentence.
+func sentences(msg, more string) string {
+	msg = strings.TrimSpace(msg)
+	switch {
+	case msg == "":
+		return more
+	case strings.HasSuffix(msg, "."):
+		return msg + " " + more
+	}
+	return msg + ". " + more
 }
 
 // sessionCallFields refuses the fields that are the session's.

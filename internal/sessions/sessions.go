@@ -33,12 +33,11 @@ type Handle interface {
 
 // Reasons a session ended, besides the engine's own (run.End*).
 const (
-	EndDeleted       = "deleted"
-	EndIdle          = "idle_timeout"
-	EndExpired       = "expired"
-	EndShutdown      = "daemon_shutdown"
-	EndRestart       = "daemon_restart"
-	EndConnectionEnd = "connection_closed"
+	EndDeleted  = "deleted"
+	EndIdle     = "idle_timeout"
+	EndExpired  = "expired"
+	EndShutdown = "daemon_shutdown"
+	EndRestart  = "daemon_restart" // named to a call on an earlier daemon's session
 )
 
 // States of a session.
@@ -339,11 +338,6 @@ func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
 // last snapshot. Deleting an ended session is not an error.
 func (m *Manager) Delete(id string, who Caller) (Info, error) {
 	return m.end(id, who, EndDeleted)
-}
-
-// End ends id for a reason of the caller's (EndConnectionEnd).
-func (m *Manager) End(id string, who Caller, reason string) (Info, error) {
-	return m.end(id, who, reason)
 }
 
 func (m *Manager) end(id string, who Caller, reason string) (Info, error) {
