@@ -675,7 +675,7 @@ func readBoundedLine(r *bufio.Reader, limit int) ([]byte, error) {
 				line = append(line, chunk...)
 			}
 		}
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		if over {
