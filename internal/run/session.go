@@ -311,9 +311,31 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	default:
 	}
 
+	stdin := runner.Latin1(c.Stdin)
+	job := runner.Job{
+		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", cs.n), LastLineInteractive: c.LastLineInteractive,
+		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
+		Session: true, Call: cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
+	}
+	if fresh {
+		job.Rlimits = ss.limits.RlimitsByName()
+		delete(job.Rlimits, "RLIMIT_CPU") // the call's is CPUSeconds
+	}
+	frame := runner.EncodeJob(job)
+	if len(frame) > runner.MaxJobBytes {
+		ss.mu.Lock()
+		ss.fresh = ss.fresh || fresh
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
+	}
 	j := ss.st.j
 	if err := writeFiles(j, c.Files); err != nil {
-		return nil, fmt.Errorf("write files: %w", err)
+		// The workspace is the session's to fill or to shape: a full
+		// tmpfs or a path taken by a directory or link it made is the
+		// caller's state, not the daemon's fault (and its details name
+		// host paths: they go to the log).
+		ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
+		return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (no room left in it, or a path is taken by a directory or link made there)")
 	}
 	figs := filepath.Join(j.MetaHostDir(), "figures")
 	clearDir(figs)
@@ -338,23 +360,6 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		ss.mu.Unlock()
 	}()
 
-	stdin := runner.Latin1(c.Stdin)
-	job := runner.Job{
-		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", cs.n), LastLineInteractive: c.LastLineInteractive,
-		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
-		Session: true, Call: cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
-	}
-	if fresh {
-		job.Rlimits = ss.limits.RlimitsByName()
-		delete(job.Rlimits, "RLIMIT_CPU") // the call's is CPUSeconds
-	}
-	frame := runner.EncodeJob(job)
-	if len(frame) > runner.MaxJobBytes {
-		ss.mu.Lock()
-		ss.fresh = ss.fresh || fresh
-		ss.mu.Unlock()
-		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
-	}
 	j.ResetPeak()
 	base := j.Stats()
 	if err := j.Thaw(); err != nil {

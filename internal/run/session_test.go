@@ -221,3 +221,23 @@ func TestSessionEarlyInterrupt(t *testing.T) {
 		t.Fatal("an interrupt sent as the call began was lost")
 	}
 }
+
+// Files a call cannot write into the session's workspace (full, or the
+// path taken by a link the session made) are the caller's conflict, not
+// the daemon's error, and never follow the link.
+func TestSessionFilesIntoAShapedWorkspace(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "import os\nos.symlink('/etc', 'link')\nos.mkdir('dir')")
+	for _, f := range []File{{Path: "link/x", Data: []byte("x")}, {Path: "dir", Data: []byte("x")}} {
+		_, err := ss.Exec(context.Background(), &Call{Code: "1", Files: []File{f}, Timeout: time.Second, OutputBytes: 100})
+		if !errors.Is(err, errdefs.ErrConflict) || strings.Contains(err.Error(), "/") && strings.Contains(err.Error(), "jaild") {
+			t.Errorf("%s: %v", f.Path, err)
+		}
+	}
+	if _, err := os.Lstat("/etc/x"); err == nil {
+		t.Fatal("a file was written through the session's link")
+	}
+	if r := call(t, ss, "print('still fine')"); string(r.Stdout) != "still fine\n" {
+		t.Errorf("%+v", r)
+	}
+}
