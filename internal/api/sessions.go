@@ -27,7 +27,8 @@ type Session struct {
 	State string `json:"state"`
 	// EndReason says why an ended session ended: "deleted",
 	// "idle_timeout", "expired", "repeated_losses", "daemon_shutdown",
-	// "jail_ended", "restart_failed"; null while it lives.
+	// "jail_ended", "restart_failed", "freeze_failed"; null while it
+	// lives.
 	EndReason      *string   `json:"end_reason"`
 	ExecutionCount int       `json:"execution_count"`
 	LastUsedAt     time.Time `json:"last_used_at"`

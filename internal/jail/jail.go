@@ -2,6 +2,7 @@ package jail
 
 import (
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -318,11 +319,26 @@ func (j *Jail) Kill() { _ = j.c.Signal(unix.SIGKILL) }
 func (j *Jail) Signal(sig os.Signal) error { return j.c.Signal(sig) }
 
 // Freeze stops every process of the jail (cgroup freezer); Thaw resumes
-// them.
-func (j *Jail) Freeze() error { return j.c.Pause() }
+// them. Both are idempotent: a jail frozen already is frozen, one thawed
+// by anyone (libcontainer thaws a cgroup v1 freezer it could not freeze)
+// is thawed.
+func (j *Jail) Freeze() error {
+	err := j.c.Pause()
+	if err != nil {
+		if st, serr := j.c.Status(); serr == nil && st == libcontainer.Paused {
+			return nil
+		}
+	}
+	return err
+}
 
 // Thaw: see Freeze.
-func (j *Jail) Thaw() error { return j.c.Resume() }
+func (j *Jail) Thaw() error {
+	if err := j.c.Resume(); err != nil && !errors.Is(err, libcontainer.ErrNotPaused) {
+		return err
+	}
+	return nil
+}
 
 // KillAll waits until the jail's cgroup holds no process, killing any that
 // remain (stragglers of a pid 1 that ended), for at most a few seconds

@@ -96,6 +96,7 @@ const (
 	EndJailEnded    = "jail_ended" // the jail's init ended
 	EndClosed       = "deleted"
 	EndShutdown     = "daemon_shutdown"
+	EndFreezeFailed = "freeze_failed" // the host could not freeze it between calls
 	EndRestartError = "restart_failed"
 )
 
@@ -227,8 +228,9 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		<-st.j.Done()
 		ss.end(EndJailEnded)
 	}()
-	if err := st.j.Freeze(); err != nil {
-		s.log.Warn("freeze new session", "id", st.j.ID(), "err", err)
+	if err := freeze(st.j); err != nil {
+		ss.end(EndFreezeFailed)
+		return nil, fmt.Errorf("freeze new session: %w", err)
 	}
 	return ss, nil
 }
@@ -509,9 +511,12 @@ wait:
 	}
 	if !res.Ended {
 		// Frozen before its files are read: nothing of the session writes
-		// meanwhile, and between calls it uses no CPU.
-		if err := j.Freeze(); err != nil && !ss.isEnded() {
-			ss.s.log.Warn("freeze session", "id", j.ID(), "err", err)
+		// meanwhile, and between calls it uses no CPU. A session that
+		// cannot be frozen ends (fail closed): its processes would run
+		// between calls.
+		if err := freeze(j); err != nil && !ss.isEnded() {
+			ss.s.log.Error("freeze session; ending it", "id", j.ID(), "err", err)
+			ss.end(EndFreezeFailed)
 		}
 		res.Figures = workspace.ReadFigures(figs)
 		if len(c.ReturnFiles) > 0 {
@@ -525,6 +530,19 @@ wait:
 	}
 	res.Status = callStatus(res, cause)
 	return res, nil
+}
+
+// freeze freezes j, trying again a few times: the cgroup v1 freezer can
+// fail while processes are being created.
+func freeze(j *jail.Jail) error {
+	var err error
+	for i := range 5 {
+		if err = j.Freeze(); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(i+1) * 10 * time.Millisecond)
+	}
+	return err
 }
 
 // callStatus is the call's status: the daemon's reason to interrupt comes

@@ -241,3 +241,23 @@ func TestSessionFilesIntoAShapedWorkspace(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// A session the host thawed behind its back (libcontainer thaws a cgroup
+// v1 freezer it could not freeze) still serves its next call, and is
+// frozen again after it.
+func TestSessionThawedBehindItsBack(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1")
+	if err := ss.st.j.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.st.j.Thaw(); err != nil {
+		t.Fatalf("a second thaw: %v", err)
+	}
+	if r := call(t, ss, "x + 1"); r.ResultRepr == nil || *r.ResultRepr != "2" {
+		t.Fatalf("%+v", r)
+	}
+	if err := ss.st.j.Freeze(); err != nil {
+		t.Fatalf("freezing a frozen session: %v", err)
+	}
+}

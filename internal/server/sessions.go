@@ -239,7 +239,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(err)
 	}
-	defer done()
+	defer done(0) // a call refused or failed before it ran
 	meta := info.Meta.(*sessionMeta)
 	call, err := sessionCall(&req, meta)
 	if err != nil {
@@ -259,7 +259,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(fmt.Errorf("session call failed: %w", err))
 	}
-	done()
+	done(res.Count)
 	l := meta.limits
 	l.Timeout, l.OutputBytes = call.Timeout, call.OutputBytes
 	resp := &api.SessionExecuteResponse{ExecuteResponse: *response(&res.Result, l), ExecutionCount: res.Count}

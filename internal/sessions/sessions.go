@@ -289,8 +289,9 @@ func (m *Manager) List(who Caller) []Info {
 }
 
 // Begin starts a call of id for who: errdefs.ErrConflict while another
-// call runs or after the session ended. done ends the call.
-func (m *Manager) Begin(id string, who Caller) (h Handle, info Info, done func(), err error) {
+// call runs or after the session ended. done ends the call with the
+// session's count of calls that ran (0: this one did not run).
+func (m *Manager) Begin(id string, who Caller) (h Handle, info Info, done func(calls int), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, err := m.lookup(id, who)
@@ -304,12 +305,12 @@ func (m *Manager) Begin(id string, who Caller) (h Handle, info Info, done func()
 		return nil, Info{}, nil, errdefs.New(errdefs.ErrConflict, "session %s is running another call; wait for it or POST /v1/sessions/%s/interrupt", id, id)
 	}
 	e.State, e.LastUsed = StateRunning, m.cfg.Now()
-	e.Calls++
 	var once sync.Once
-	return e.h, e.Info, func() {
+	return e.h, e.Info, func(calls int) {
 		once.Do(func() {
 			m.mu.Lock()
 			defer m.mu.Unlock()
+			e.Calls = max(e.Calls, calls)
 			e.LastUsed = m.cfg.Now()
 			if e.State == StateRunning {
 				e.State = StateIdle

@@ -130,8 +130,8 @@ func TestOwnersAndCalls(t *testing.T) {
 		t.Errorf("interrupt while running: %v %d", ok, h.interrupts)
 	}
 	c.add(time.Minute)
-	done()
-	done()
+	done(1)
+	done(5) // once
 	got, _ := m.Get(info.ID, owner)
 	if got.State != StateIdle || got.Calls != 1 || !got.LastUsed.Equal(c.now()) {
 		t.Errorf("after the call: %+v", got)
@@ -171,7 +171,7 @@ func TestReaper(t *testing.T) {
 	if !hBusy.closed() {
 		t.Error("a session past its TTL lives on")
 	}
-	done()
+	done(0)
 	got, _ = m.Get(busy.ID, Caller{UID: 1})
 	if got.State != StateEnded || got.EndReason != EndExpired {
 		t.Errorf("%+v", got)
