@@ -2,8 +2,8 @@ package jail
 
 import (
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
