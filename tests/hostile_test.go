@@ -41,9 +41,10 @@ const (
 	catLeaks   = "Information leaks"
 	catExhaust = "Exhaustion"
 	catDaemon  = "Daemon protocol and faults"
+	catSession = "Sessions"
 )
 
-var categories = []string{catFiles, catKernel, catPriv, catLeaks, catExhaust, catDaemon}
+var categories = []string{catFiles, catKernel, catPriv, catLeaks, catExhaust, catDaemon, catSession}
 
 // hcase is one hostile case. An execute case sends code (plus req's other
 // fields) to POST /v1/execute and judges the 200 response with check; a
@@ -69,7 +70,7 @@ type hcase struct {
 // hostileCases is the whole suite, in report order.
 func hostileCases() []hcase {
 	var all []hcase
-	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases()} {
+	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases(), sessionCases()} {
 		all = append(all, part...)
 	}
 	return all

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/api"
 )
 
 // Slack for measurements that are noisy by nature.
@@ -303,8 +305,9 @@ func vmRSS(pid int) int64 {
 }
 
 // daemonOtherFds lists the daemon's open fds that belong to no live jail:
-// a jail holds five pipes shared with its processes and a pidfd of its
-// init. Everything else (listener, epoll, log pipes, cgroup files, client
+// a jail holds five pipes shared with its processes (seven for one that may
+// become a session: init's control and status) and a pidfd of its init.
+// Everything else (listener, epoll, log pipes, cgroup files, client
 // connections) must be back to the baseline after every case.
 func daemonOtherFds(pid int) []string {
 	held := map[string]bool{}
@@ -483,6 +486,17 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 		leak("the next print(1) failed: HTTP %d %+v", status, p1)
 	} else if d := time.Since(start); d > 15*time.Second {
 		leak("the next print(1) took %v", d)
+	}
+	// 1b. No session is left live: a case deletes every session it opened
+	// (root is an admin and lists every caller's).
+	var sl api.SessionList
+	if status, _ := h.d.call(t, "GET", "/v1/sessions", nil, &sl); status != 200 {
+		leak("GET /v1/sessions: HTTP %d", status)
+	}
+	for _, s := range sl.Sessions {
+		if s.State != api.SessionEnded {
+			leak("session %s of uid %d is still %s", s.SessionID, s.UID, s.State)
+		}
 	}
 	h.d.client.CloseIdleConnections()
 

@@ -2,7 +2,9 @@ package tests
 
 // The soak: many mixed benign and hostile requests at once against one
 // daemon, asserting that it never crashes, never loses or garbles a
-// response, and that its fds and RSS stay flat. CI runs 1000 requests at
+// response, and that its fds and RSS stay flat. One kind of request of the
+// mix is a session's whole life: open, several calls that count on the
+// state of the earlier ones, delete. CI runs 1000 requests at
 // concurrency 16 as part of `go test ./tests/`; the full soak is
 //
 //	JAILD_SOAK_RUNS=10000 go test -tags seccomp -run TestSoak -timeout 3h ./tests/
@@ -35,6 +37,8 @@ type soakKind struct {
 	body   map[string]any
 	status int
 	check  func(raw []byte) error
+	// run, if set, is the whole request: a session's life.
+	run func(client *http.Client) error
 }
 
 func execOK(status string, check func(r *api.ExecuteResponse) bool) func([]byte) error {
@@ -159,7 +163,8 @@ func TestSoak(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	mix := soakMix()
+	sessions := newSoakSessions()
+	mix := append(soakMix(), soakKind{name: "session", run: sessions.life})
 	client := burstClient(d)
 	h := &hostile{d: d}
 	if h.cg, err = cgroupsOf(d); err != nil {
@@ -215,6 +220,12 @@ func TestSoak(t *testing.T) {
 	}
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests lost or wrong:\n%s", n, runs, strings.Join(failures, "\n"))
+		// What the daemon said of them.
+		for _, line := range strings.Split(d.log.String(), "\n") {
+			if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
+				t.Log(line)
+			}
+		}
 	}
 	// Idle again: the leak checks of every hostile case, against the
 	// warm-up baseline (fds exactly; no jail, mount, cgroup, file, key or
@@ -230,10 +241,15 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("%d requests at concurrency %d in %v (%.1f/s): %d lost or wrong; daemon RSS %d MiB (after the warm-up %d MiB), %d fds besides live jails'",
 		runs, conc, elapsed.Round(time.Second), float64(runs)/elapsed.Seconds(), failed.Load(), rss>>20, h.base.rss>>20, len(h.base.otherFds))
+	t.Logf("of them %d sessions: %d opened, %d deleted, %d of %d calls answered as expected",
+		sessions.lives.Load(), sessions.opened.Load(), sessions.deleted.Load(), sessions.answered.Load(), sessions.sent.Load())
 }
 
 // soakRequest sends one request of the mix and checks its answer.
 func soakRequest(client *http.Client, k soakKind) error {
+	if k.run != nil {
+		return k.run(client)
+	}
 	body, _ := json.Marshal(k.body)
 	resp, err := client.Post("http://jaild"+k.path, "application/json", strings.NewReader(string(body)))
 	if err != nil {
@@ -248,4 +264,102 @@ func soakRequest(client *http.Client, k soakKind) error {
 		return fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, raw)
 	}
 	return k.check(raw)
+}
+
+// soakSessions is the soak's session work and its counts.
+type soakSessions struct {
+	// slots bounds the sessions open at once below sessions.max_per_uid:
+	// every request of the soak comes from one uid.
+	slots                                  chan struct{}
+	lives, opened, deleted, sent, answered atomic.Int64
+}
+
+func newSoakSessions() *soakSessions {
+	return &soakSessions{slots: make(chan struct{}, sessMaxPerUID-1)}
+}
+
+// soakCall is one call of a session's life and the answer it must get.
+type soakCall struct {
+	body   map[string]any
+	status string
+	result string // the last line's value
+}
+
+var soakSessionCalls = []soakCall{
+	{body: map[string]any{"code": "import subprocess\np = subprocess.Popen(['sleep', '600'])\nn = 0\nn"}, status: "ok", result: "0"},
+	{body: map[string]any{"code": "n += 1\nn"}, status: "ok", result: "1"},
+	// Interrupted at its timeout, the call ends in KeyboardInterrupt: the
+	// interpreter and its state are kept.
+	{body: map[string]any{"code": "import time\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 300}}, status: "timeout"},
+	{body: map[string]any{"code": "n += 1\nn"}, status: "ok", result: "2"},
+	{body: map[string]any{"code": "n += 1 if p.poll() is None else 100\nn"}, status: "ok", result: "3"},
+}
+
+// life opens a session, runs soakSessionCalls in it and deletes it; the
+// session is deleted whatever happened.
+func (ss *soakSessions) life(client *http.Client) (retErr error) {
+	ss.slots <- struct{}{}
+	defer func() { <-ss.slots }()
+	ss.lives.Add(1)
+	do := func(method, path string, body any) (int, []byte, error) {
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = strings.NewReader(string(b))
+		}
+		req, _ := http.NewRequest(method, "http://jaild"+path, rd)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, raw, err
+	}
+	status, raw, err := do("POST", "/v1/sessions", map[string]any{})
+	if err != nil {
+		return err
+	}
+	var info api.Session
+	if status != http.StatusCreated || strictJSON(raw, &info) != nil || info.SessionID == "" {
+		return fmt.Errorf("open: HTTP %d: %.300s", status, raw)
+	}
+	ss.opened.Add(1)
+	defer func() {
+		status, raw, err := do("DELETE", "/v1/sessions/"+info.SessionID, nil)
+		var end api.Session
+		if err == nil && (status != http.StatusOK || strictJSON(raw, &end) != nil || end.State != api.SessionEnded) {
+			err = fmt.Errorf("delete: HTTP %d: %.300s", status, raw)
+		}
+		if err == nil {
+			ss.deleted.Add(1)
+		} else if retErr == nil {
+			retErr = err
+		}
+	}()
+	jail := ""
+	for i, c := range soakSessionCalls {
+		ss.sent.Add(1)
+		status, raw, err := do("POST", "/v1/sessions/"+info.SessionID+"/execute", c.body)
+		if err != nil {
+			return fmt.Errorf("call %d: %v", i+1, err)
+		}
+		var r api.SessionExecuteResponse
+		if status != http.StatusOK || strictJSON(raw, &r) != nil {
+			return fmt.Errorf("call %d: HTTP %d: %.300s", i+1, status, raw)
+		}
+		if jail == "" {
+			jail = r.RunID
+		}
+		if r.Status != c.status || r.ExecutionCount != i+1 || r.RunID != jail || r.Session.StateLost || r.Session.State != api.SessionIdle ||
+			(c.result != "" && (r.Result == nil || *r.Result != c.result)) {
+			return fmt.Errorf("call %d: status %q count %d result %v session %+v stdout %.200q stderr %.200q",
+				i+1, r.Status, r.ExecutionCount, deref2(r.Result), r.Session, r.Stdout, r.Stderr)
+		}
+		ss.answered.Add(1)
+	}
+	return nil
 }
