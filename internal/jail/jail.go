@@ -360,7 +360,7 @@ func (j *Jail) Thaw() error {
 }
 
 // freezeWait bounds a freeze by the freezer files.
-const freezeWait = 500 * time.Millisecond
+const freezeWait = 100 * time.Millisecond
 
 // freezeCgroup freezes or thaws the jail's cgroup through its freezer
 // file and, for a freeze, waits until the kernel says it is frozen.

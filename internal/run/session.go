@@ -228,10 +228,10 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		<-st.j.Done()
 		ss.end(EndJailEnded)
 	}()
-	if err := freeze(st.j); err != nil {
-		ss.end(EndFreezeFailed)
-		return nil, fmt.Errorf("freeze new session: %w", err)
-	}
+	// Not frozen yet: no user code has run in it, and its interpreter
+	// (starting, or waiting for its job) uses no CPU of its own accord. A
+	// freeze now would often meet a cold jail's Python mid-start, when the
+	// v1 freezer can take hundreds of milliseconds. Every call ends frozen.
 	return ss, nil
 }
 
