@@ -574,17 +574,32 @@ func (j *Jail) teardown() bool {
 		// thaw it, which does nothing to one that is not frozen. A jail
 		// whose first process still runs (a session, a warm jail) is
 		// killed first.
-		_ = j.c.Resume()
 		j.mu.Lock()
-		started := j.started
+		started, paths := j.started, j.cgroups
 		j.mu.Unlock()
-		if started {
+		_ = j.c.Resume()
+		// Thawed and killed until its first process is seen to end: a
+		// freeze racing the teardown (a session's call ending as it is
+		// deleted) would leave SIGKILLed tasks frozen for good on cgroup
+		// v1.
+		for started {
 			select {
 			case <-j.done:
+				started = false
+				continue
 			default:
-				j.Kill()
-				<-j.done
 			}
+			_ = freezeCgroup(paths, false)
+			_ = j.c.Resume()
+			j.Kill()
+			select {
+			case <-j.done:
+				started = false
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if len(paths) > 0 {
+			_ = freezeCgroup(paths, false) // what is left must be able to die
 		}
 		if err := j.c.Destroy(); err != nil {
 			j.e.log.Error("destroy jail; its host id range stays in use", "id", j.id, "slot", j.slot, "err", err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -214,6 +215,7 @@ func TestSessionFromWarmPool(t *testing.T) {
 	}
 	l := jail.DefaultLimits()
 	l.Timeout = time.Hour
+	l.Pids = 48 // below the warm jail's: the runner must lower it
 	ss, err := e.NewSession(SessionSpec{Limits: l, Files: []File{{Path: "in.txt", Data: []byte("in")}}, Env: map[string]string{"GREETING": "hi"}})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +232,15 @@ func TestSessionFromWarmPool(t *testing.T) {
 		}
 		return r
 	}
+	// A first call refused (its file is there already) neither takes a
+	// number nor the job that lowers the warm jail's rlimits.
+	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Files: []File{{Path: "in.txt", Data: []byte("again")}}, Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("a file that exists already: %v", err)
+	}
 	r := exec("import os, resource\nx = open('in.txt').read() + os.environ['GREETING']\nresource.getrlimit(resource.RLIMIT_NPROC)")
+	if r.Count != 1 {
+		t.Errorf("the first call that ran is number %d", r.Count)
+	}
 	if r.Status != StatusOK || r.ResultRepr == nil || *r.ResultRepr != fmt.Sprintf("(%d, %d)", l.Pids, l.Pids) {
 		t.Fatalf("first call: %+v stderr %s", r, r.Stderr)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -296,22 +297,52 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		return nil, errdefs.New(errdefs.ErrConflict, "another call of this session is running")
 	}
 	defer ss.callMu.Unlock()
-	ss.mu.Lock()
-	if ss.ended {
-		reason := ss.endReason
-		ss.mu.Unlock()
-		return nil, errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", reason)
+	// An interrupt left unanswered ends with its call.
+	defer func() {
+		select {
+		case <-ss.interrupt:
+		default:
+		}
+	}()
+	ended := func() error {
+		return errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", ss.EndReason())
 	}
+	if ss.isEnded() {
+		return nil, ended()
+	}
+	// The interpreter may have ended between calls (a background thread's
+	// os._exit as the last call ended): this call gets a fresh one, and
+	// says so.
+	var lostBefore string
+	select {
+	case line := <-ss.events:
+		if strings.HasPrefix(line, "exit ") {
+			_, sig := parseExit(line)
+			lostBefore = LostExited
+			if sig != 0 {
+				lostBefore = LostCrashed
+			}
+			ss.restart()
+			if ss.isEnded() {
+				return nil, ended()
+			}
+		}
+	default:
+	}
+	ss.mu.Lock()
 	ss.calls++
 	cs := &callState{n: ss.calls, end: make(chan int, 1), started: make(chan struct{})}
 	fresh := ss.fresh
-	ss.fresh = false
 	ss.mu.Unlock()
-	// Drop what an earlier call's interrupt left.
-	select {
-	case <-ss.interrupt:
-	default:
-	}
+	// The number is the call's only once it runs.
+	committed := false
+	defer func() {
+		if !committed {
+			ss.mu.Lock()
+			ss.calls--
+			ss.mu.Unlock()
+		}
+	}()
 
 	stdin := runner.Latin1(c.Stdin)
 	job := runner.Job{
@@ -320,24 +351,27 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		Session: true, Call: cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
 	}
 	if fresh {
+		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
+		// life (a warm jail's is higher); the call's soft limit is then
+		// set from CPUSeconds.
 		job.Rlimits = ss.limits.RlimitsByName()
-		delete(job.Rlimits, "RLIMIT_CPU") // the call's is CPUSeconds
 	}
 	frame := runner.EncodeJob(job)
 	if len(frame) > runner.MaxJobBytes {
-		ss.mu.Lock()
-		ss.fresh = ss.fresh || fresh
-		ss.mu.Unlock()
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
 	}
 	j := ss.st.j
 	if err := writeFiles(j, c.Files); err != nil {
 		// The workspace is the session's to fill or to shape: a full
-		// tmpfs or a path taken by a directory or link it made is the
-		// caller's state, not the daemon's fault (and its details name
-		// host paths: they go to the log).
-		ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
-		return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (no room left in it, or a path is taken by a directory or link made there)")
+		// tmpfs, a file of that path already there, or a path taken by a
+		// directory or link it made is the caller's state; anything else
+		// is the daemon's. Either way the details name host paths: they
+		// go to the log.
+		if workspaceStateError(err) {
+			ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
+			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (no room left in it, a file of that path exists already — files are never replaced — or the path is taken by a directory or link made there)")
+		}
+		return nil, fmt.Errorf("write session files: %w", err)
 	}
 	figs := filepath.Join(j.MetaHostDir(), "figures")
 	clearDir(figs)
@@ -366,10 +400,14 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	base := j.Stats()
 	if err := j.Thaw(); err != nil {
 		if ss.isEnded() {
-			return nil, errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", ss.EndReason())
+			return nil, ended()
 		}
 		return nil, fmt.Errorf("thaw session: %w", err)
 	}
+	committed = true
+	ss.mu.Lock()
+	ss.fresh = false // the job that carries the rlimits is on its way
+	ss.mu.Unlock()
 	start := time.Now()
 	wrote := make(chan error, 1)
 	go func() {
@@ -381,7 +419,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 
 	timer := time.NewTimer(c.Timeout)
 	defer timer.Stop()
-	var grace <-chan time.Time
+	var grace, killWait <-chan time.Time
 	interrupted, killed := false, false
 	cause := "" // why the daemon interrupted: a Lost* reason
 	// SIGINT goes only to a call whose code has begun (its start record):
@@ -409,6 +447,19 @@ wait:
 		select {
 		case st := <-cs.end:
 			status = st
+			if !killed {
+				break wait
+			}
+			// SIGKILL was sent: its exit report follows (the end came
+			// just before it); the state is lost either way.
+			select {
+			case line := <-ss.events:
+				if strings.HasPrefix(line, "exit ") {
+					exitLine, status = line, -1
+				}
+			case <-ss.done:
+			case <-time.After(restartTimeout):
+			}
 			break wait
 		case line := <-ss.events:
 			if strings.HasPrefix(line, "exit ") {
@@ -445,7 +496,13 @@ wait:
 			if !killed {
 				killed = true
 				ss.command('k')
+				killWait = time.After(restartTimeout)
 			}
+		case <-killWait:
+			// init neither reported the kill nor ended: give up the jail.
+			ss.s.log.Error("session interpreter not reported dead after SIGKILL; ending the session", "id", j.ID())
+			ss.end(EndRestartError)
+			killWait = nil
 		}
 	}
 	res.Duration = time.Since(start)
@@ -457,6 +514,9 @@ wait:
 	}
 	ss.stdout.sync()
 	ss.stderr.sync()
+	// What comes later is no call's (and the buffers are read below).
+	ss.stdout.attach(nil)
+	ss.stderr.attach(nil)
 	after := j.Stats()
 	res.CPUTime = max(after.CPU-base.CPU, 0) // 0 when the jail is gone
 	res.PeakMemoryBytes = after.PeakMemoryBytes
@@ -502,9 +562,12 @@ wait:
 		default:
 			res.LostReason = LostExited
 		}
-		ss.restart(res)
+		ss.restart()
 	default: // the session ended under the call
 		res.Signal = int(unix.SIGKILL)
+	}
+	if lostBefore != "" && !res.StateLost {
+		res.StateLost, res.LostReason = true, lostBefore
 	}
 	if ss.isEnded() {
 		res.Ended, res.EndReason = true, ss.EndReason()
@@ -530,6 +593,17 @@ wait:
 	}
 	res.Status = callStatus(res, cause)
 	return res, nil
+}
+
+// workspaceStateError reports whether err writing files into a session's
+// workspace comes of what the session made there.
+func workspaceStateError(err error) bool {
+	for _, e := range []syscall.Errno{unix.EEXIST, unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.EXDEV, unix.ENOSPC, unix.EDQUOT, unix.EMLINK} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // freeze freezes j, trying again a few times: the cgroup v1 freezer can
@@ -569,7 +643,7 @@ func callStatus(r *CallResult, cause string) Status {
 
 // restart has init start a fresh interpreter after a loss, or ends the
 // session after MaxLosses in a row or when the restart fails.
-func (ss *Session) restart(res *CallResult) {
+func (ss *Session) restart() {
 	ss.mu.Lock()
 	ss.losses++
 	losses := ss.losses

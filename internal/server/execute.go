@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,6 +150,14 @@ func decodeFiles(files []api.FileIn, workspaceBytes int64) ([]run.File, error) {
 			return nil, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, workspaceBytes)
 		}
 		out = append(out, run.File{Path: f.Path, Data: data})
+	}
+	// A file cannot also be a directory of another.
+	for i, f := range files {
+		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
+			if seen[dir] {
+				return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "%q is inside %q, which is a file of this request", f.Path, dir)
+			}
+		}
 	}
 	return out, nil
 }

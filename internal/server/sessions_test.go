@@ -91,6 +91,7 @@ func TestSessionFields(t *testing.T) {
 		{api.SessionCreateRequest{IdleTimeoutS: ptr(int64(0))}, "idle_timeout_s"},
 		{api.SessionCreateRequest{Env: map[string]string{"LD_PRELOAD": "x"}}, "env"},
 		{api.SessionCreateRequest{Files: []api.FileIn{{Path: "/etc/x"}}}, "files[0].path"},
+		{api.SessionCreateRequest{Files: []api.FileIn{{Path: "a"}, {Path: "a/b/c"}}}, "files[1].path"},
 	} {
 		_, err := h.Client.CreateSession(ctx, &c.req)
 		var fe *api.Error

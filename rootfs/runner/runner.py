@@ -515,6 +515,11 @@ def run(job, records, saver, begin=None):
         install_excepthook_filter()
         raise
     finally:
+        if job.session:
+            # From here until the runner ignores SIGINT again, a late one
+            # waits (and is then dropped): raised here, outside any try,
+            # it would end the runner.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         saver.save_open_figures()
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
@@ -782,6 +787,7 @@ def run_user_process(records, saver):
             # Between calls a SIGINT (the daemon's interrupt, late) must
             # not end the runner; the user's handler comes back next call.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             records.emit({"type": "end", "status": status, "call": job.call})
             continue
         if exited or not job.more:
