@@ -95,29 +95,8 @@ func runExec(e *env, args []string) int {
 	if len(allowHosts) > 0 && req.Network == "" {
 		req.Network = api.NetworkInternet // --allow-host means egress
 	}
-	switch {
-	case codeSet && len(pos) > 0:
-		return e.usageError("exec: give -c CODE or FILE, not both")
-	case !codeSet:
-		src := ""
-		if len(pos) == 1 {
-			src = pos[0]
-		}
-		if (src == "" || src == "-") && *stdinFile == "-" {
-			return e.usageError("exec: stdin cannot be both the code and --stdin-file")
-		}
-		c, _, err := e.readSource(src)
-		if err != nil {
-			return e.errorf("%v", err)
-		}
-		req.Code = c
-	}
-	if *stdinFile != "" {
-		in, _, err := e.readSource(*stdinFile)
-		if err != nil {
-			return e.errorf("--stdin-file: %v", err)
-		}
-		req.Stdin = &in
+	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("exec", codeSet, *code, pos, *stdinFile); !ok {
+		return rc
 	}
 	for _, f := range files {
 		b, err := readFile(f.local)
@@ -151,6 +130,37 @@ func runExec(e *env, args []string) int {
 		return e.daemonError(err)
 	}
 	return e.report(resp, *outDir)
+}
+
+// codeAndStdin reads a command's code (-c, else FILE or stdin: the one
+// positional argument in pos) and its --stdin-file, if any. ok is false
+// when the command must exit with rc.
+func (e *env) codeAndStdin(cmd string, codeSet bool, code string, pos []string, stdinFile string) (_ string, stdin *string, rc int, ok bool) {
+	switch {
+	case codeSet && len(pos) > 0:
+		return "", nil, e.usageError(cmd + ": give -c CODE or FILE, not both"), false
+	case !codeSet:
+		src := ""
+		if len(pos) == 1 {
+			src = pos[0]
+		}
+		if (src == "" || src == "-") && stdinFile == "-" {
+			return "", nil, e.usageError(cmd + ": stdin cannot be both the code and --stdin-file"), false
+		}
+		c, _, err := e.readSource(src)
+		if err != nil {
+			return "", nil, e.errorf("%v", err), false
+		}
+		code = c
+	}
+	if stdinFile != "" {
+		in, _, err := e.readSource(stdinFile)
+		if err != nil {
+			return "", nil, e.errorf("--stdin-file: %v", err), false
+		}
+		stdin = &in
+	}
+	return code, stdin, 0, true
 }
 
 // report prints a run's outcome, writes its files beneath outDir and

@@ -315,30 +315,9 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	req := &api.SessionExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: interactive}
-	switch {
-	case codeSet && len(pos) > 1:
-		return e.usageError("session exec: give -c CODE or FILE, not both")
-	case !codeSet:
-		src := ""
-		if len(pos) == 2 {
-			src = pos[1]
-		}
-		if (src == "" || src == "-") && *stdinFile == "-" {
-			return e.usageError("session exec: stdin cannot be both the code and --stdin-file")
-		}
-		c, _, err := e.readSource(src)
-		if err != nil {
-			return e.errorf("%v", err)
-		}
-		req.Code = c
-	}
-	if *stdinFile != "" {
-		in, _, err := e.readSource(*stdinFile)
-		if err != nil {
-			return e.errorf("--stdin-file: %v", err)
-		}
-		req.Stdin = &in
+	req := &api.SessionExecuteRequest{ReturnFiles: get, LastLineInteractive: interactive}
+	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("session exec", codeSet, *code, pos[1:], *stdinFile); !ok {
+		return rc
 	}
 	in, err := uploads(files)
 	if err != nil {

@@ -364,21 +364,11 @@ func (s *Server) runInSession(ctx context.Context, in RunInput) (*sdk.CallToolRe
 // request for a session call. Every run_python argument applies to a call;
 // the session's own limits are open_session's.
 func sessionExecuteRequest(in RunInput) (*api.SessionExecuteRequest, error) {
-	req := &api.SessionExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles}
-	if in.Stdin != "" {
-		req.Stdin = &in.Stdin
+	r, err := executeRequest(in)
+	if err != nil {
+		return nil, err
 	}
-	for _, f := range in.Files {
-		req.Files = append(req.Files, api.FileIn{Path: f.Path, ContentB64: f.ContentB64})
-	}
-	if in.TimeoutSeconds != 0 {
-		ms, err := timeoutMs(in.TimeoutSeconds)
-		if err != nil {
-			return nil, err
-		}
-		req.Limits = &api.Limits{TimeoutMs: &ms}
-	}
-	return req, nil
+	return &api.SessionExecuteRequest{Code: r.Code, Stdin: r.Stdin, Files: r.Files, ReturnFiles: r.ReturnFiles, Limits: r.Limits}, nil
 }
 
 // sessionCallError explains a refused session call: a session that ended

@@ -97,6 +97,18 @@ func (s *Service) Close() error {
 	return s.e.Close()
 }
 
+// enter counts a run or session creation in progress (Close waits for
+// them), or fails with jail.ErrClosed; call s.running.Done after.
+func (s *Service) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return jail.ErrClosed
+	}
+	s.running.Add(1)
+	return nil
+}
+
 // Run executes req in a fresh jail, a warm one from the pool when req fits
 // it, else one created now. The jail is destroyed: before Run returns when
 // the run failed, in the background right after when it succeeded (every
@@ -112,13 +124,9 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, jail.ErrClosed
+	if err := s.enter(); err != nil {
+		return nil, err
 	}
-	s.running.Add(1)
-	s.mu.Unlock()
 	defer s.running.Done()
 
 	st, warm := s.takeWarm(req)

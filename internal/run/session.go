@@ -160,13 +160,9 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	if err := ValidateEnv(spec.Env); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, jail.ErrClosed
+	if err := s.enter(); err != nil {
+		return nil, err
 	}
-	s.running.Add(1)
-	s.mu.Unlock()
 	defer s.running.Done()
 
 	var st *started
