@@ -232,10 +232,10 @@ func TestSessionFromWarmPool(t *testing.T) {
 		}
 		return r
 	}
-	// A first call refused (its file is there already) neither takes a
-	// number nor the job that lowers the warm jail's rlimits.
-	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Files: []File{{Path: "in.txt", Data: []byte("again")}}, Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
-		t.Fatalf("a file that exists already: %v", err)
+	// A first call refused (a file inside a file) neither takes a number
+	// nor the job that lowers the warm jail's rlimits.
+	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Files: []File{{Path: "in.txt/x", Data: []byte("x")}}, Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("a file inside a file: %v", err)
 	}
 	r := exec("import os, resource\nx = open('in.txt').read() + os.environ['GREETING']\nresource.getrlimit(resource.RLIMIT_NPROC)")
 	if r.Count != 1 {

@@ -357,15 +357,16 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
 	}
 	j := ss.st.j
-	if err := writeFiles(j, c.Files); err != nil {
+	// Frozen (or, before the first call, with no user code run yet):
+	// nothing of the session changes the workspace meanwhile.
+	if err := writeFiles(j, c.Files, true); err != nil {
 		// The workspace is the session's to fill or to shape: a full
-		// tmpfs, a file of that path already there, or a path taken by a
-		// directory or link it made is the caller's state; anything else
-		// is the daemon's. Either way the details name host paths: they
-		// go to the log.
+		// tmpfs or a path taken by a directory, link or other non-file it
+		// made is the caller's state; anything else is the daemon's.
+		// Either way the details name host paths: they go to the log.
 		if workspaceStateError(err) {
 			ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
-			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (no room left in it, a file of that path exists already — files are never replaced — or the path is taken by a directory or link made there)")
+			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (a path is taken by a directory, link or other non-file made there, or no room is left)")
 		}
 		return nil, fmt.Errorf("write session files: %w", err)
 	}

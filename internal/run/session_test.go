@@ -240,6 +240,12 @@ func TestSessionFilesIntoAShapedWorkspace(t *testing.T) {
 	if r := call(t, ss, "print('still fine')"); string(r.Stdout) != "still fine\n" {
 		t.Errorf("%+v", r)
 	}
+	// A regular file is replaced: an agent sends its data again.
+	call(t, ss, "open('data.csv', 'w').write('old')")
+	r := call(t, ss, "open('data.csv').read()", func(c *Call) { c.Files = []File{{Path: "data.csv", Data: []byte("new")}} })
+	if r.ResultRepr == nil || *r.ResultRepr != "'new'" {
+		t.Errorf("replaced file: %+v", r)
+	}
 }
 
 // A session the host thawed behind its back (libcontainer thaws a cgroup

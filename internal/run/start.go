@@ -64,7 +64,7 @@ func (s *Service) start(l jail.Limits, network *jail.Network, files []File, comm
 			return nil, err
 		}
 	}
-	if err := writeFiles(j, files); err != nil {
+	if err := writeFiles(j, files, false); err != nil {
 		return nil, err
 	}
 	if st.p, err = newPipes(runner, runner && control); err != nil {
@@ -94,8 +94,9 @@ func (s *Service) start(l jail.Limits, network *jail.Network, files []File, comm
 }
 
 // writeFiles writes a request's files into j's workspace, owned by the
-// jail's user.
-func writeFiles(j *jail.Jail, files []File) error {
+// jail's user; replace (a session's later calls) replaces regular files
+// already there.
+func writeFiles(j *jail.Jail, files []File, replace bool) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -105,7 +106,11 @@ func writeFiles(j *jail.Jail, files []File) error {
 	}
 	defer d.Close()
 	for _, f := range files {
-		if err := d.Write(f.Path, bytes.NewReader(f.Data), j.HostUID(), j.HostGID()); err != nil {
+		put := d.Write
+		if replace {
+			put = d.Replace
+		}
+		if err := put(f.Path, bytes.NewReader(f.Data), j.HostUID(), j.HostGID()); err != nil {
 			return err
 		}
 	}

@@ -203,5 +203,5 @@ func (s *Service) fit(st *started, req *Request) error {
 	if err := st.j.Resize(l); err != nil {
 		return err
 	}
-	return writeFiles(st.j, req.Files)
+	return writeFiles(st.j, req.Files, false)
 }

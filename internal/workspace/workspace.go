@@ -178,7 +178,19 @@ func (d *Dir) Close() error { return unix.Close(d.fd) }
 // workspace that is full gives an error of class ErrInvalidArgument (the
 // caller's files do not fit); other errors are the host's.
 func (d *Dir) Write(rel string, r io.Reader, uid, gid int) error {
-	if err := d.write(rel, r, uid, gid); err != nil {
+	return d.put(rel, r, uid, gid, false)
+}
+
+// Replace is Write for a workspace that has been used (a session's): a
+// regular file already at rel is replaced; a directory, link or anything
+// else there is refused (EEXIST), and nothing is followed. Only call it
+// while no process can change the directory (a frozen session).
+func (d *Dir) Replace(rel string, r io.Reader, uid, gid int) error {
+	return d.put(rel, r, uid, gid, true)
+}
+
+func (d *Dir) put(rel string, r io.Reader, uid, gid int, replace bool) error {
+	if err := d.write(rel, r, uid, gid, replace); err != nil {
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 			return errdefs.New(errdefs.ErrInvalidArgument, "%s: the files do not fit the workspace (its size or inode limit)", rel)
 		}
@@ -187,7 +199,7 @@ func (d *Dir) Write(rel string, r io.Reader, uid, gid int) error {
 	return nil
 }
 
-func (d *Dir) write(rel string, r io.Reader, uid, gid int) error {
+func (d *Dir) write(rel string, r io.Reader, uid, gid int, replace bool) error {
 	parts := strings.Split(rel, "/")
 	for i := 1; i < len(parts); i++ {
 		parent, name := strings.Join(parts[:i-1], "/"), parts[i-1]
@@ -212,6 +224,11 @@ func (d *Dir) write(rel string, r io.Reader, uid, gid int) error {
 		}
 	}
 	fd, err := openBeneath(d.fd, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
+	if err != nil && replace && errors.Is(err, unix.EEXIST) {
+		if err = d.unlinkRegular(parts); err == nil {
+			fd, err = openBeneath(d.fd, rel, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -224,6 +241,27 @@ func (d *Dir) write(rel string, r io.Reader, uid, gid int) error {
 		return err
 	}
 	return f.Close()
+}
+
+// unlinkRegular removes the regular file at the path parts, beneath the
+// directory and without following a link; anything else stays (EEXIST).
+func (d *Dir) unlinkRegular(parts []string) error {
+	pfd, name := d.fd, parts[len(parts)-1]
+	if len(parts) > 1 {
+		var err error
+		if pfd, err = openBeneath(d.fd, strings.Join(parts[:len(parts)-1], "/"), unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return &os.PathError{Op: "replace", Path: strings.Join(parts, "/"), Err: unix.EEXIST}
+	}
+	return unix.Unlinkat(pfd, name, 0)
 }
 
 // File is a file read back from the workspace. Error is set (and Data

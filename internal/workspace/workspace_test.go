@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jaild/jaild/internal/errdefs"
 )
 
@@ -105,6 +107,55 @@ func TestWriteDeep(t *testing.T) {
 	}
 	if err := d.Write("a/b/c.txt", strings.NewReader("again"), uid, gid); err == nil {
 		t.Error("Write replaced an existing file")
+	}
+}
+
+// Replace replaces a regular file, and only that: a directory, a symlink
+// (to a file outside) or a FIFO at the path is refused and left as it
+// was, and nothing is followed.
+func TestReplace(t *testing.T) {
+	d, root := open(t)
+	uid, gid := os.Getuid(), os.Getgid()
+	outside := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(outside, []byte("outside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, setup string }{{"a/f.txt", "file"}, {"dir", "dir"}, {"link", "link"}, {"fifo", "fifo"}} {
+		p := filepath.Join(root, c.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch c.setup {
+		case "file":
+			err = os.WriteFile(p, []byte("old"), 0o644)
+		case "dir":
+			err = os.Mkdir(p, 0o755)
+		case "link":
+			err = os.Symlink(outside, p)
+		case "fifo":
+			err = unix.Mkfifo(p, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.Replace(c.path, strings.NewReader("new"), uid, gid)
+		if c.setup == "file" {
+			got, _ := os.ReadFile(p)
+			if err != nil || string(got) != "new" {
+				t.Errorf("replace a file: %v, %q", err, got)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, unix.EEXIST) {
+			t.Errorf("replace a %s: %v, want EEXIST", c.setup, err)
+		}
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "outside" {
+		t.Errorf("the file outside was changed: %q", b)
+	}
+	if err := d.Write("a/f.txt", strings.NewReader("again"), uid, gid); err == nil {
+		t.Error("Write replaced a file")
 	}
 }
 
