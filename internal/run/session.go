@@ -360,13 +360,14 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	// Frozen (or, before the first call, with no user code run yet):
 	// nothing of the session changes the workspace meanwhile.
 	if err := writeFiles(j, c.Files, true); err != nil {
-		// The workspace is the session's to fill or to shape: a full
-		// tmpfs or a path taken by a directory, link or other non-file it
-		// made is the caller's state; anything else is the daemon's.
+		// The workspace is the session's to shape: a path taken by a
+		// directory, link or other non-file it made is the caller's
+		// state (a full workspace is already the caller's invalid
+		// argument, from workspace.Write); anything else is the daemon's.
 		// Either way the details name host paths: they go to the log.
 		if workspaceStateError(err) {
 			ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
-			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (a path is taken by a directory, link or other non-file made there, or no room is left)")
+			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (a path is taken by a directory, link or other non-file made there)")
 		}
 		return nil, fmt.Errorf("write session files: %w", err)
 	}
@@ -595,7 +596,7 @@ wait:
 // workspaceStateError reports whether err writing files into a session's
 // workspace comes of what the session made there.
 func workspaceStateError(err error) bool {
-	for _, e := range []syscall.Errno{unix.EEXIST, unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.EXDEV, unix.ENOSPC, unix.EDQUOT, unix.EMLINK} {
+	for _, e := range []syscall.Errno{unix.EEXIST, unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.EXDEV, unix.EMLINK} {
 		if errors.Is(err, e) {
 			return true
 		}

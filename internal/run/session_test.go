@@ -267,3 +267,14 @@ func TestSessionThawedBehindItsBack(t *testing.T) {
 		t.Fatalf("freezing a frozen session: %v", err)
 	}
 }
+
+// Files that do not fit what the session left of its workspace are the
+// caller's invalid argument, as for a run, not a conflict or the daemon's.
+func TestSessionFilesBeyondTheWorkspace(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "for n in ('a', 'b'): open(n, 'wb').write(b'x' * (60 << 20))")
+	_, err := ss.Exec(context.Background(), &Call{Code: "1", Files: []File{{Path: "more", Data: make([]byte, 16<<20)}}, Timeout: time.Second, OutputBytes: 100})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || strings.Contains(err.Error(), "/tmp/") {
+		t.Fatalf("files beyond the workspace: %v", err)
+	}
+}
