@@ -103,6 +103,9 @@ func writeConfigPool(dir, extra string, pool int) (string, error) {
 	// suite cover it.
 	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\ncgroup_favordynmods = false\n",
 		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig +
+		// The daemon's file store lives in its directory, never in
+		// /var/lib/jaild; a test that tunes [files] edits this section.
+		fmt.Sprintf("[files]\ndir = %q\n", filepath.Join(dir, "files")) +
 		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", pool, pool)
 	p := filepath.Join(dir, "jaild.toml")
 	return p, os.WriteFile(p, []byte(cfg), 0o644)

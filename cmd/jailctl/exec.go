@@ -17,8 +17,14 @@ import (
 )
 
 const execHelp = `Code comes from -c CODE, or FILE, or stdin ("-" or no argument). The run's
-stdout and stderr are written to jailctl's; returned files (--get) and
-matplotlib figures are written beneath --out-dir, never outside it.
+stdout and stderr are written to jailctl's as they arrive; returned files
+(--get) and matplotlib figures are written beneath --out-dir, never outside
+it. With --return-to-store the returned files stay in the daemon's file
+store instead, and their IDs are printed ("jailctl files get ID").
+
+A --file larger than 1 MiB is stored in the daemon's file store first
+(streamed from disk, not sent as base64) and removed from it after the
+run; with a daemon that has no store, it is sent inline.
 
 Exit status: the run's exit code; 124 when it timed out; 128+N when a
 signal N killed it; 137 when it hit the memory limit; 1 for any other
@@ -48,23 +54,14 @@ func runExec(e *env, args []string) int {
 		return nil
 	})
 	var files []fileSpec
-	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name); repeatable", func(s string) error {
-		local, path, cut := strings.Cut(s, ":")
-		if !cut {
-			path = filepath.Base(local)
-		}
-		if local == "" || path == "" {
-			return errors.New("want LOCAL[:PATH]")
-		}
-		files = append(files, fileSpec{local, path})
-		return nil
-	})
+	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name); repeatable", fileFlag(&files))
 	var get []string
 	fs.Func("get", "return the workspace files matching `PATTERN` (*, ?, [..] and **); repeatable", func(s string) error {
 		get = append(get, s)
 		return nil
 	})
 	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
+	toStore := fs.Bool("return-to-store", false, "keep the returned files in the daemon's file store and print their IDs instead of writing them")
 	interactive := fs.Bool("interactive", false, "print the value of a final expression, as the Python REPL does")
 	envVars := map[string]string{}
 	fs.Func("env", "set `NAME=VALUE` in the run's environment; repeatable", func(s string) error {
@@ -98,21 +95,23 @@ func runExec(e *env, args []string) int {
 	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("exec", codeSet, *code, pos, *stdinFile); !ok {
 		return rc
 	}
-	for _, f := range files {
-		b, err := readFile(f.local)
-		if err != nil {
-			return e.errorf("--file: %v", err)
-		}
-		req.Files = append(req.Files, api.FileIn{Path: f.path, ContentB64: base64.StdEncoding.EncodeToString(b)})
-	}
 	if limits != (api.Limits{}) {
 		req.Limits = &limits
 	}
 	if len(envVars) > 0 {
 		req.Env = envVars
 	}
+	if *toStore {
+		req.ReturnFilesAs = api.ReturnStore
+	}
 
 	c := e.client(*socket)
+	in, cleanup, err := e.stageFiles(c, files)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	defer cleanup()
+	req.Files = in
 	if *jsonOut {
 		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/execute", req)
 		if err != nil {
@@ -125,7 +124,7 @@ func runExec(e *env, args []string) int {
 		e.printJSON(raw)
 		return exitCode(&resp)
 	}
-	resp, err := c.Execute(e.ctx, req)
+	resp, err := c.ExecuteStream(e.ctx, req, e.printOutput())
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -163,13 +162,12 @@ func (e *env) codeAndStdin(cmd string, codeSet bool, code string, pos []string, 
 	return code, stdin, 0, true
 }
 
-// report prints a run's outcome, writes its files beneath outDir and
-// returns jailctl's exit status for it.
+// report prints a run's outcome after its output (which printOutput
+// printed as it came), writes its files beneath outDir and returns
+// jailctl's exit status for it.
 func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
 	// With last_line_interactive the runner prints the value's repr to
 	// stdout itself, as a REPL does; resp.Result is the same text.
-	fmt.Fprint(e.stdout, resp.Stdout)
-	fmt.Fprint(e.stderr, resp.Stderr)
 	if resp.StdoutTruncated {
 		fmt.Fprintln(e.stderr, "jailctl: the run's stdout was truncated")
 	}
@@ -188,18 +186,22 @@ func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
 }
 
 // writeOutputs writes the returned files and figures beneath dir and
-// reports each on stderr. It returns false if any could not be written.
+// reports each on stderr, with the ID of each file returned into the
+// store. It returns false if any could not be written.
 func (e *env) writeOutputs(resp *api.ExecuteResponse, dir string) bool {
 	ok := true
 	for _, f := range resp.Files {
-		if f.Error != "" {
+		switch {
+		case f.Error != "":
 			fmt.Fprintf(e.stderr, "jailctl: %s not returned: %s\n", quoteName(f.Path), f.Error)
+		case f.FileID != "":
+			fmt.Fprintf(e.stderr, "stored %s as %s (%s)\n", quoteName(f.Path), quoteName(f.FileID), humanSize(f.SizeBytes))
 		}
 	}
 	type output struct{ name, b64 string }
 	var outs []output
 	for _, f := range resp.Files {
-		if f.Error == "" {
+		if f.Error == "" && f.FileID == "" {
 			outs = append(outs, output{f.Path, f.ContentB64})
 		}
 	}

@@ -49,6 +49,7 @@ func init() {
 		{"exec", "[flags] [FILE|-]", "run Python code in a jail", execHelp, runExec},
 		{"session", "COMMAND [flags] [args]", "run Python in a session, whose interpreter keeps its state across calls", sessionHelp, runSession},
 		{"repl", "[flags]", "an interactive Python prompt whose inputs run in one session", replHelp, runRepl},
+		{"files", "COMMAND [flags] [args]", "keep files in the daemon's file store for runs to use", filesHelp, runFiles},
 		{"lint", "[flags] [FILE|-]", "lint Python code with ruff", lintHelp, runLint},
 		{"format", "[flags] [FILE|-]", "format Python code with ruff", formatHelp, runFormat},
 		{"info", "[flags]", "show the daemon's version, image, limits and capacity", "", runInfo},

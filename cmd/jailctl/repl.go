@@ -48,11 +48,12 @@ func runRepl(e *env, args []string) int {
 	c := e.client(*socket)
 	r := &repl{e: e, c: c, id: *attach, outDir: *outDir, tty: isTerminal(e.stdin)}
 	if r.id == "" {
-		req, err := sf.request()
+		req, cleanup, err := sf.request(e, c)
 		if err != nil {
-			return e.errorf("%v", err)
+			return e.daemonError(err)
 		}
 		s, err := c.CreateSession(e.ctx, req)
+		cleanup()
 		if err != nil {
 			return e.daemonError(err)
 		}
@@ -186,7 +187,7 @@ func (r *repl) prompt(continued bool) {
 func (r *repl) run(code string, sig <-chan os.Signal) (rc int, stop bool) {
 	e := r.e
 	interactive := true
-	res := e.sessionCall(r.c, sig, r.id, &api.SessionExecuteRequest{Code: code, LastLineInteractive: &interactive})
+	res := e.sessionCall(r.c, sig, r.id, &api.SessionExecuteRequest{Code: code, LastLineInteractive: &interactive}, true)
 	switch {
 	case res.abandoned != nil:
 		if res.abandoned != os.Interrupt {
@@ -213,9 +214,8 @@ func (r *repl) run(code string, sig <-chan os.Signal) (rc int, stop bool) {
 		r.failed = true
 		return 0, false
 	}
+	// The output was printed as it came.
 	resp := res.resp
-	fmt.Fprint(e.stdout, resp.Stdout)
-	fmt.Fprint(e.stderr, resp.Stderr)
 	if resp.StdoutTruncated {
 		fmt.Fprintln(e.stderr, "jailctl: the call's stdout was truncated")
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -75,41 +74,48 @@ func init() {
 }
 
 func runSession(e *env, args []string) int {
+	return e.runGroup("session", sessionHelp, sessionCommands, args)
+}
+
+// runGroup runs the subcommand of group (session, files) that args name.
+func (e *env) runGroup(group, help string, cmds []subcommand, args []string) int {
 	if len(args) == 0 {
-		e.sessionUsage(e.stderr)
+		e.groupUsage(e.stderr, group, help, cmds)
 		return exitError
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		if args[0] == "help" && len(args) > 1 {
-			return runSession(e, []string{args[1], "-h"})
+			return e.runGroup(group, help, cmds, []string{args[1], "-h"})
 		}
-		e.sessionUsage(e.stdout)
+		e.groupUsage(e.stdout, group, help, cmds)
 		return exitOK
 	}
-	for i := range sessionCommands {
-		if sc := &sessionCommands[i]; sc.name == args[0] {
+	for i := range cmds {
+		if sc := &cmds[i]; sc.name == args[0] {
 			return sc.run(e, sc, args[1:])
 		}
 	}
-	return e.usageError("session: unknown command %q", args[0])
+	return e.usageError("%s: unknown command %q", group, args[0])
 }
 
-func (e *env) sessionUsage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: jailctl session COMMAND [flags] [args]\n\n%s\n\nCommands:\n", sessionHelp)
-	for _, sc := range sessionCommands {
+func (e *env) groupUsage(w io.Writer, group, help string, cmds []subcommand) {
+	fmt.Fprintf(w, "Usage: jailctl %s COMMAND [flags] [args]\n\n%s\n\nCommands:\n", group, help)
+	for _, sc := range cmds {
 		fmt.Fprintf(w, "  %-10s %s\n", sc.name, sc.summary)
 	}
-	fmt.Fprintf(w, "\nRun \"jailctl session COMMAND -h\" for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun \"jailctl %s COMMAND -h\" for a command's flags.\n", group)
 }
 
-// parseSub is env.parse for a session command: between minPos and maxPos
-// positional arguments (maxPos < 0: any number).
+// parseSub is env.parse for a command of a group: between minPos and
+// maxPos positional arguments (maxPos < 0: any number). fs is named
+// "jailctl GROUP COMMAND", as e.flagSet("GROUP COMMAND") names it.
 func (e *env) parseSub(fs *flag.FlagSet, sc *subcommand, args []string, minPos, maxPos int) (pos []string, code int, ok bool) {
+	cmd := strings.TrimPrefix(fs.Name(), "jailctl ")
 	flags, pos := splitArgs(fs, args)
 	if err := fs.Parse(flags); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(e.stdout, "Usage: jailctl session %s %s\n\n%s.\n", sc.name, sc.args, capitalize(sc.summary))
+			fmt.Fprintf(e.stdout, "Usage: jailctl %s %s\n\n%s.\n", cmd, sc.args, capitalize(sc.summary))
 			if sc.help != "" {
 				fmt.Fprintf(e.stdout, "\n%s\n", sc.help)
 			}
@@ -117,13 +123,13 @@ func (e *env) parseSub(fs *flag.FlagSet, sc *subcommand, args []string, minPos, 
 			printFlags(e.stdout, fs)
 			return nil, exitOK, false
 		}
-		return nil, e.usageError("session %s: %v", sc.name, err), false
+		return nil, e.usageError("%s: %v", cmd, err), false
 	}
 	switch {
 	case len(pos) < minPos:
-		return nil, e.usageError("session %s: want %s", sc.name, strings.TrimPrefix(sc.args, "[flags] ")), false
+		return nil, e.usageError("%s: want %s", cmd, strings.TrimPrefix(sc.args, "[flags] ")), false
 	case maxPos >= 0 && len(pos) > maxPos:
-		return nil, e.usageError("session %s: unexpected argument %q", sc.name, pos[maxPos]), false
+		return nil, e.usageError("%s: unexpected argument %q", cmd, pos[maxPos]), false
 	}
 	return pos, 0, true
 }
@@ -185,8 +191,10 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 	fs.Func("file", "upload `LOCAL[:PATH]` into the session's workspace at PATH (default: LOCAL's base name); repeatable", count(fileFlag(&f.files)))
 }
 
-// request builds the create request, reading the --file uploads.
-func (f *sessionFlags) request() (*api.SessionCreateRequest, error) {
+// request builds the create request, staging the --file uploads as
+// stageFiles does: the caller runs cleanup once the session is created
+// (or not).
+func (f *sessionFlags) request(e *env, c *client.Client) (_ *api.SessionCreateRequest, cleanup func(), _ error) {
 	req := &api.SessionCreateRequest{IdleTimeoutS: f.idle, TTLS: f.ttl, Network: f.network, AllowHosts: f.allowHosts}
 	if len(f.allowHosts) > 0 && req.Network == "" {
 		req.Network = api.NetworkInternet // --allow-host means egress
@@ -198,9 +206,9 @@ func (f *sessionFlags) request() (*api.SessionCreateRequest, error) {
 	if len(f.env) > 0 {
 		req.Env = f.env
 	}
-	files, err := uploads(f.files)
+	files, cleanup, err := e.stageFiles(c, f.files)
 	req.Files = files
-	return req, err
+	return req, cleanup, err
 }
 
 // envFlag parses a repeatable --env NAME=VALUE into m.
@@ -230,19 +238,6 @@ func fileFlag(files *[]fileSpec) func(string) error {
 	}
 }
 
-// uploads reads the --file uploads.
-func uploads(files []fileSpec) ([]api.FileIn, error) {
-	var in []api.FileIn
-	for _, f := range files {
-		b, err := readFile(f.local)
-		if err != nil {
-			return nil, fmt.Errorf("--file: %w", err)
-		}
-		in = append(in, api.FileIn{Path: f.path, ContentB64: base64.StdEncoding.EncodeToString(b)})
-	}
-	return in, nil
-}
-
 func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
 
 func runSessionNew(e *env, sc *subcommand, args []string) int {
@@ -254,11 +249,13 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
 		return rc
 	}
-	req, err := sf.request()
+	c := e.client(*socket)
+	req, cleanup, err := sf.request(e, c)
 	if err != nil {
-		return e.errorf("%v", err)
+		return e.daemonError(err)
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, "/v1/sessions", req)
+	defer cleanup()
+	raw, err := c.Do(e.ctx, http.MethodPost, "/v1/sessions", req)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -303,6 +300,7 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 		return nil
 	})
 	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
+	toStore := fs.Bool("return-to-store", false, "keep the returned files in the daemon's file store and print their IDs instead of writing them")
 	interactive := fs.Bool("interactive", true, "print the value of a final expression, as the Python REPL does")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
 	socket := socketFlag(fs)
@@ -319,20 +317,24 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("session exec", codeSet, *code, pos[1:], *stdinFile); !ok {
 		return rc
 	}
-	in, err := uploads(files)
-	if err != nil {
-		return e.errorf("%v", err)
-	}
-	req.Files = in
 	if limits != (api.Limits{}) {
 		req.Limits = &limits
 	}
+	if *toStore {
+		req.ReturnFilesAs = api.ReturnStore
+	}
 
 	c := e.client(*socket)
+	in, cleanup, err := e.stageFiles(c, files)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	defer cleanup()
+	req.Files = in
 	sig := make(chan os.Signal, 4)
 	stop := notifySignals(sig)
 	defer stop()
-	res := e.sessionCall(c, sig, id, req)
+	res := e.sessionCall(c, sig, id, req, !*jsonOut)
 	switch {
 	case res.abandoned != nil:
 		return signalStatus(res.abandoned)
@@ -392,20 +394,39 @@ const (
 // the call an interrupt and keeps waiting for its result, as Ctrl-C does
 // in Python; a second SIGINT, or SIGTERM, abandons the call (the daemon
 // then stops it). e.ctx is not used for the call: main cancels it at the
-// first Ctrl-C.
-func (e *env) sessionCall(c *client.Client, sig <-chan os.Signal, id string, req *api.SessionExecuteRequest) callResult {
+// first Ctrl-C. With stream, the call's output is printed as it arrives
+// (printOutput) and the result has no raw JSON; without, nothing is
+// printed but notes.
+func (e *env) sessionCall(c *client.Client, sig <-chan os.Signal, id string, req *api.SessionExecuteRequest, stream bool) callResult {
 	base := context.WithoutCancel(e.ctx)
 	ctx, cancel := context.WithCancel(base)
 	defer cancel()
 	type reply struct {
-		raw json.RawMessage
-		err error
+		raw  json.RawMessage
+		resp *api.SessionExecuteResponse
+		err  error
 	}
 	done := make(chan reply, 1)
+	// The events are printed here, by the loop below, so that they and
+	// its notes are written by one goroutine.
+	events := make(chan api.Event)
 	go func() {
-		raw, err := c.Do(ctx, http.MethodPost, sessionPath(id)+"/execute", req)
-		done <- reply{raw, err}
+		if !stream {
+			raw, err := c.Do(ctx, http.MethodPost, sessionPath(id)+"/execute", req)
+			done <- reply{raw: raw, err: err}
+			return
+		}
+		resp, err := c.SessionExecuteStream(ctx, id, req, func(ev api.Event) error {
+			select {
+			case events <- ev:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		done <- reply{resp: resp, err: err}
 	}()
+	show := e.printOutput()
 
 	ictx, icancel := context.WithCancel(base)
 	defer icancel()
@@ -414,6 +435,8 @@ func (e *env) sessionCall(c *client.Client, sig <-chan os.Signal, id string, req
 	var res callResult
 	for {
 		select {
+		case ev := <-events:
+			show(ev)
 		case rep := <-done:
 			icancel()
 			wg.Wait()
@@ -422,6 +445,10 @@ func (e *env) sessionCall(c *client.Client, sig <-chan os.Signal, id string, req
 			}
 			if rep.err != nil {
 				res.err = rep.err
+				return res
+			}
+			if rep.resp != nil {
+				res.resp = rep.resp
 				return res
 			}
 			var resp api.SessionExecuteResponse
@@ -504,8 +531,8 @@ func (e *env) sessionError(c *client.Client, id string, err error) int {
 	return code
 }
 
-// reportSession prints a call's outcome as report does a run's, then what
-// became of the session.
+// reportSession prints a call's outcome as report does a run's (after
+// its output, printed as it came), then what became of the session.
 func (e *env) reportSession(resp *api.SessionExecuteResponse, outDir string) int {
 	r := resp.ExecuteResponse
 	// The runner printed the value of a final expression on stdout already.

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -80,6 +81,8 @@ func serve() error {
 		return errors.New("must run as root (jails need namespaces, cgroups and mounts)")
 	}
 
+	memoryLimit(cfg, log)
+
 	_, _ = daemon.SdNotify(false, "STATUS=verifying rootfs and starting the jail engine")
 	netm, err := network(cfg.Network, log)
 	if err != nil {
@@ -93,6 +96,15 @@ func serve() error {
 	})
 	if err != nil {
 		return errors.Join(err, closeNetwork(netm))
+	}
+	if high := cfg.MemoryLimit(); high > 0 {
+		// Above the runtime's soft limit by a margin: the runtime collects
+		// first, and the kernel throttles only what that cannot free.
+		if cg, err := jails.LimitDaemonMemory(high + high/4); err != nil {
+			log.Warn("could not set memory.high of the daemon's cgroup", "err", err)
+		} else if cg != "" {
+			log.Info("daemon cgroup memory.high set", "cgroup", cg, "bytes", high+high/4)
+		}
 	}
 	engine, err := run.New(jails, run.Config{Logger: log, Pool: run.PoolConfig{
 		Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
@@ -134,6 +146,20 @@ func serve() error {
 		_ = os.Remove(cfg.Socket)
 	}
 	return errors.Join(engine.Close(), closeNetwork(netm))
+}
+
+// memoryLimit sets the Go runtime's soft memory limit from the config,
+// unless GOMEMLIMIT is set in the environment (which wins, as the runtime
+// documents).
+func memoryLimit(cfg config.Config, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", "bytes", debug.SetMemoryLimit(-1))
+		return
+	}
+	if n := cfg.MemoryLimit(); n > 0 {
+		debug.SetMemoryLimit(n)
+		log.Info("memory limit", "bytes", n, "budget_bytes", cfg.MemoryBudget())
+	}
 }
 
 // poolLimits are the warm jails' limits: the callers' maxima, so that a

@@ -21,7 +21,17 @@ type ExecuteRequest struct {
 	// reach: "example.com", "*.example.com", "198.51.100.7",
 	// "198.51.100.0/24", each with an optional ":port".
 	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// ReturnFilesAs is "inline" (the default: content_b64 in the
+	// response) or "store": each returned file goes into the file store
+	// and comes back as its file_id and sha256.
+	ReturnFilesAs string `json:"return_files_as,omitempty"`
 }
+
+// Where returned files go: ExecuteRequest.ReturnFilesAs.
+const (
+	ReturnInline = "inline"
+	ReturnStore  = "store"
+)
 
 // Network modes of an execute request.
 const (
@@ -29,10 +39,13 @@ const (
 	NetworkInternet = "internet"
 )
 
-// FileIn is a file written into the workspace before the code runs.
+// FileIn is a file written into the workspace before the code runs: its
+// content is either content_b64 or a file of the store (file_id), never
+// both.
 type FileIn struct {
 	Path       string `json:"path"`
-	ContentB64 string `json:"content_b64"`
+	ContentB64 string `json:"content_b64,omitempty"`
+	FileID     string `json:"file_id,omitempty"`
 }
 
 // Limits are a request's limits; a nil field takes the server default.
@@ -86,7 +99,11 @@ type FileOut struct {
 	Path       string `json:"path"`
 	SizeBytes  int64  `json:"size_bytes"`
 	ContentB64 string `json:"content_b64,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// FileID and SHA256 are set instead of ContentB64 for a file returned
+	// into the store (return_files_as "store").
+	FileID string `json:"file_id,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Figure is a PNG of a matplotlib figure.
@@ -158,6 +175,20 @@ type Info struct {
 	Pool        PoolInfo    `json:"pool"`
 	Network     NetworkInfo `json:"network"`
 	Sessions    SessionInfo `json:"sessions"`
+	Files       FilesInfo   `json:"files"`
+	Memory      MemoryInfo  `json:"memory"`
+}
+
+// MemoryInfo describes the daemon's own memory bounds.
+type MemoryInfo struct {
+	// LimitBytes is the Go runtime's soft memory limit (GOMEMLIMIT); 0:
+	// none.
+	LimitBytes int64 `json:"limit_bytes"`
+	// BudgetBytes bounds the bytes held for the output, figures and files
+	// of all runs in flight; a run whose worst case does not fit waits for
+	// room (within the queue wait). InUseBytes is reserved now.
+	BudgetBytes int64 `json:"budget_bytes"`
+	InUseBytes  int64 `json:"in_use_bytes"`
 }
 
 // SessionInfo describes sessions on this daemon: the policy, and how many

@@ -63,6 +63,7 @@ type SessionExecuteRequest struct {
 	ReturnFiles         []string `json:"return_files,omitempty"`
 	Limits              *Limits  `json:"limits,omitempty"`
 	LastLineInteractive *bool    `json:"last_line_interactive,omitempty"`
+	ReturnFilesAs       string   `json:"return_files_as,omitempty"`
 	// Refused with a clear message: they are the session's.
 	Env        map[string]string `json:"env,omitempty"`
 	Network    string            `json:"network,omitempty"`

@@ -382,7 +382,9 @@ daily_quota = 0
 [pool]
 size = %d
 plain_size = %d
-`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool, pool)
+[files]
+dir = %q
+`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool, pool, filepath.Join(dir, "files"))
 	if err := os.WriteFile(filepath.Join(dir, "jaild.toml"), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}

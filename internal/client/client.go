@@ -59,6 +59,9 @@ type Client struct {
 func New(socketPath string) *Client {
 	c := &Client{socket: socketPath, maxResponse: MaxResponseBytes}
 	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	// No Timeout and no ResponseHeaderTimeout: a run lasts as long as its
+	// limits allow and a transfer of the file store as long as its size
+	// needs (1 GiB); callers bound a request with its context.
 	c.http = &http.Client{
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -163,30 +166,55 @@ func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawM
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://jaild"+path, body)
+	req, err := c.newRequest(ctx, method, path, body)
 	if err != nil {
-		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
+		return nil, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "jaild-client/"+version.Version)
 
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, responseError(resp)
+	}
+	return c.readObject(resp, method, path)
+}
+
+// newRequest returns a request of the daemon's API; body may be nil.
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://jaild"+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
+	}
+	req.Header.Set("User-Agent", "jaild-client/"+version.Version)
+	return req, nil
+}
+
+// send sends req and returns the response whatever its status; the caller
+// closes its body. Errors are *ConnectError, or the transport's wrapped
+// (context errors included).
+func (c *Client) send(req *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		var ce *ConnectError
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
-		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("jaild %s %s: %w", req.Method, req.URL.Path, err)
 	}
-	defer resp.Body.Close()
 	c.noteQuota(resp.Header)
+	return resp, nil
+}
 
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, responseError(resp)
-	}
+// readObject reads a successful response's body: one JSON object of at
+// most c.maxResponse bytes.
+func (c *Client) readObject(resp *http.Response, method, path string) (json.RawMessage, error) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, c.maxResponse+1))
 	if err != nil {
 		return nil, fmt.Errorf("jaild %s %s: read response: %w", method, path, err)

@@ -45,13 +45,28 @@ func responseError(resp *http.Response) error {
 			Message: fmt.Sprintf("jaild answered %q with no valid error body", resp.Status),
 		}
 	}
+	return wireError(resp.StatusCode, body.Error, retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+}
+
+// streamError is the *Error of a streamed request's error event: the
+// error the same failure gives as a response, with the status its class
+// has (the stream's own status was 200).
+func streamError(body api.ErrorDetail) error {
+	status, _ := errdefs.Classify(errdefs.FromName(body.Type))
+	if body.Type == "" && body.Message == "" {
+		body.Message = "jaild ended the stream with an error event with no valid error body"
+	}
+	return wireError(status, body, 0)
+}
+
+func wireError(status int, body api.ErrorDetail, retry time.Duration) *Error {
 	var apiErr *api.Error
-	if !errors.As(api.FromWire(resp.StatusCode, body.Error), &apiErr) {
+	if !errors.As(api.FromWire(status, body), &apiErr) {
 		// FromWire always returns *api.Error; this keeps a change of
 		// that contract from becoming a nil dereference.
-		apiErr = &api.Error{Class: errdefs.ErrInternal, Status: resp.StatusCode, Message: body.Error.Message}
+		apiErr = &api.Error{Class: errdefs.ErrInternal, Status: status, Message: body.Message}
 	}
-	return &Error{Err: apiErr, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
+	return &Error{Err: apiErr, RetryAfter: retry}
 }
 
 // retryAfter parses a Retry-After value: delay-seconds or an HTTP date.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/allowlist"
 )
@@ -66,6 +67,14 @@ type Config struct {
 	MaxBodyBytes       int64    `toml:"max_body_bytes"`
 	ReadTimeout        Duration `toml:"read_timeout"`
 	IdleTimeout        Duration `toml:"idle_timeout"`
+	// MemoryBudgetMB bounds the memory held for requests in flight (their
+	// bodies, output, returned files and figures); 0: a quarter of the
+	// host's memory, within 256 MiB..8 GiB. See MemoryBudget.
+	MemoryBudgetMB int64 `toml:"memory_budget_mb"`
+	// MemoryLimitMB is the daemon's soft memory limit (the Go runtime's
+	// GOMEMLIMIT, and memory.high of its cgroup on v2); 0: the budget
+	// plus 512 MiB; -1: none.
+	MemoryLimitMB int64 `toml:"memory_limit_mb"`
 
 	Defaults    Limits    `toml:"defaults"`
 	Maxima      Limits    `toml:"maxima"`
@@ -75,6 +84,24 @@ type Config struct {
 	Pool        Pool      `toml:"pool"`
 	Network     Network   `toml:"network"`
 	Sessions    Sessions  `toml:"sessions"`
+	Files       Files     `toml:"files"`
+}
+
+// Files configures the file store: files uploaded once (POST /v1/files)
+// and used by many runs, each owned by its uploader's uid.
+type Files struct {
+	Enabled bool   `toml:"enabled"`
+	Dir     string `toml:"dir"` // made 0700 if missing
+	// MaxFileMB bounds one file (413 beyond); MaxMBPerUID and
+	// MaxFilesPerUID one caller's files (413 beyond); MaxTotalMB all
+	// files, and MinFreeMB the free space the store leaves on its disk
+	// (507 beyond either).
+	MaxFileMB      int64    `toml:"max_file_mb"`
+	MaxMBPerUID    int64    `toml:"max_mb_per_uid"`
+	MaxFilesPerUID int      `toml:"max_files_per_uid"`
+	MaxTotalMB     int64    `toml:"max_total_mb"`
+	MinFreeMB      int64    `toml:"min_free_mb"`
+	TTL            Duration `toml:"ttl"` // a file's lifetime from its upload
 }
 
 // Sessions configures stateful sessions: jails whose interpreter lives
@@ -184,6 +211,10 @@ func Default() Config {
 			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
 			KeepEnded: Duration{10 * time.Minute},
 		},
+		Files: Files{
+			Enabled: true, Dir: "/var/lib/jaild/files", MaxFileMB: 1024, MaxMBPerUID: 4096, MaxFilesPerUID: 1000,
+			MaxTotalMB: 16384, MinFreeMB: 1024, TTL: Duration{24 * time.Hour},
+		},
 	}
 }
 
@@ -217,6 +248,30 @@ func (c *Config) MaxConcurrent() int {
 		return c.Admission.MaxConcurrent
 	}
 	return runtime.NumCPU()
+}
+
+// MemoryBudget resolves memory_budget_mb, in bytes.
+func (c *Config) MemoryBudget() int64 {
+	if c.MemoryBudgetMB > 0 {
+		return c.MemoryBudgetMB << 20
+	}
+	var si unix.Sysinfo_t
+	total := int64(4 << 30)
+	if unix.Sysinfo(&si) == nil {
+		total = int64(si.Totalram) * int64(si.Unit)
+	}
+	return min(max(total/4, 256<<20), 8<<30)
+}
+
+// MemoryLimit resolves memory_limit_mb, in bytes; 0: no limit.
+func (c *Config) MemoryLimit() int64 {
+	switch {
+	case c.MemoryLimitMB < 0:
+		return 0
+	case c.MemoryLimitMB > 0:
+		return c.MemoryLimitMB << 20
+	}
+	return c.MemoryBudget() + 512<<20
 }
 
 // Mode parses socket_mode.
@@ -260,6 +315,14 @@ func (c *Config) Validate() error {
 	if c.IdleTimeout.Duration <= 0 {
 		bad("idle_timeout", "must be positive")
 	}
+	if c.MemoryBudgetMB != 0 && (c.MemoryBudgetMB < 128 || c.MemoryBudgetMB > 1<<20) {
+		bad("memory_budget_mb", "must be 0 (automatic) or in 128..%d", 1<<20)
+	}
+	if c.MemoryLimitMB < -1 || c.MemoryLimitMB > 1<<20 {
+		bad("memory_limit_mb", "must be -1 (none), 0 (automatic) or in 1..%d", 1<<20)
+	} else if b := c.MemoryBudget(); c.MemoryLimitMB > 0 && c.MemoryLimitMB<<20 < b+128<<20 {
+		bad("memory_limit_mb", "must be at least memory_budget_mb + 128 (the budget is %d MiB), or the daemon's runtime would collect garbage without end", b>>20)
+	}
 	errs = append(errs, c.Defaults.validate("defaults"), c.Maxima.validate("maxima"), c.AdminMaxima.validate("admin_maxima"))
 	errs = append(errs, within("defaults", c.Defaults, "maxima", c.Maxima), within("maxima", c.Maxima, "admin_maxima", c.AdminMaxima))
 	a := c.Admission
@@ -301,7 +364,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
-	errs = append(errs, c.Network.validate(), c.Sessions.validate())
+	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate())
 	return errors.Join(errs...)
 }
 
@@ -419,6 +482,44 @@ func (s *Sessions) validate() error {
 	}
 	if s.KeepEnded.Duration < 0 || s.KeepEnded.Duration > MaxSessionTTL {
 		bad("keep_ended", "must be in 0s..%v", MaxSessionTTL)
+	}
+	return errors.Join(errs...)
+}
+
+// MaxFileTTL is the longest files.ttl.
+const MaxFileTTL = 365 * 24 * time.Hour
+
+func (f *Files) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("files.%s: "+format, append([]any{key}, args...)...))
+	}
+	if f.Enabled && (!filepath.IsAbs(f.Dir) || filepath.Clean(f.Dir) != f.Dir || f.Dir == "/") {
+		bad("dir", "must be a clean absolute path other than /, got %q", f.Dir)
+	}
+	const mostMB = 1 << 30 // 1 PiB
+	for _, v := range []struct {
+		key string
+		v   int64
+	}{{"max_file_mb", f.MaxFileMB}, {"max_mb_per_uid", f.MaxMBPerUID}, {"max_total_mb", f.MaxTotalMB}} {
+		if v.v < 1 || v.v > mostMB {
+			bad(v.key, "must be in 1..%d, got %d", mostMB, v.v)
+		}
+	}
+	if f.MaxFileMB > f.MaxMBPerUID {
+		bad("max_file_mb", "(%d) is above files.max_mb_per_uid (%d)", f.MaxFileMB, f.MaxMBPerUID)
+	}
+	if f.MaxMBPerUID > f.MaxTotalMB {
+		bad("max_mb_per_uid", "(%d) is above files.max_total_mb (%d)", f.MaxMBPerUID, f.MaxTotalMB)
+	}
+	if f.MaxFilesPerUID < 1 || f.MaxFilesPerUID > 1_000_000 {
+		bad("max_files_per_uid", "must be in 1..1000000, got %d", f.MaxFilesPerUID)
+	}
+	if f.MinFreeMB < 0 || f.MinFreeMB > mostMB {
+		bad("min_free_mb", "must be in 0..%d, got %d", mostMB, f.MinFreeMB)
+	}
+	if f.TTL.Duration < time.Second || f.TTL.Duration > MaxFileTTL {
+		bad("ttl", "must be in 1s..%v, got %v", MaxFileTTL, f.TTL.Duration)
 	}
 	return errors.Join(errs...)
 }

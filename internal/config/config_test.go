@@ -52,11 +52,19 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"max over admin":   "[maxima]\npids = 2000\n",
 		"bad duration":     "shutdown_grace = \"soon\"\n",
 		"negative quota":   "[admission]\ndaily_quota = -1\n",
+		"relative files":   "[files]\ndir = \"files\"\n",
+		"file over uid":    "[files]\nmax_file_mb = 8192\n",
+		"uid over total":   "[files]\nmax_mb_per_uid = 20000\n",
+		"zero file count":  "[files]\nmax_files_per_uid = 0\n",
+		"negative free":    "[files]\nmin_free_mb = -1\n",
+		"short files ttl":  "[files]\nttl = \"0s\"\n",
 	}
 	want := map[string]string{
 		"unknown key": "sockett", "relative socket": "socket", "bad mode": "socket_mode",
 		"zero timeout": "defaults.timeout_ms", "default over max": "defaults.memory_mb",
 		"max over admin": "maxima.pids", "bad duration": "shutdown_grace", "negative quota": "admission.daily_quota",
+		"relative files": "files.dir", "file over uid": "files.max_file_mb", "uid over total": "files.max_mb_per_uid",
+		"zero file count": "files.max_files_per_uid", "negative free": "files.min_free_mb", "short files ttl": "files.ttl",
 	}
 	for name, body := range cases {
 		_, err := Load(write(t, body), true)

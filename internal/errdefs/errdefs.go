@@ -20,9 +20,11 @@ var (
 	ErrUnsupportedMediaType = errors.New("unsupported_media_type")
 	ErrConflict             = errors.New("conflict")
 	ErrTooLarge             = errors.New("too_large")
-	ErrRateLimited          = errors.New("rate_limited") // the caller's own rate or quota is used up
-	ErrBusy                 = errors.New("busy")         // every slot and queue place is taken
-	ErrUnavailable          = errors.New("unavailable")  // the daemon cannot take it now (shutting down, no jail capacity)
+	ErrRangeNotSatisfiable  = errors.New("range_not_satisfiable") // a Range outside the content
+	ErrRateLimited          = errors.New("rate_limited")          // the caller's own rate or quota is used up
+	ErrBusy                 = errors.New("busy")                  // every slot and queue place is taken
+	ErrUnavailable          = errors.New("unavailable")           // the daemon cannot take it now (shutting down, no jail capacity)
+	ErrInsufficientStorage  = errors.New("insufficient_storage")  // the file store or its disk is full
 	ErrInternal             = errors.New("internal")
 )
 
@@ -38,9 +40,11 @@ var classes = []struct {
 	{ErrUnsupportedMediaType, http.StatusUnsupportedMediaType},
 	{ErrConflict, http.StatusConflict},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge},
+	{ErrRangeNotSatisfiable, http.StatusRequestedRangeNotSatisfiable},
 	{ErrRateLimited, http.StatusTooManyRequests},
 	{ErrBusy, http.StatusServiceUnavailable},
 	{ErrUnavailable, http.StatusServiceUnavailable},
+	{ErrInsufficientStorage, http.StatusInsufficientStorage},
 	{ErrInternal, http.StatusInternalServerError},
 }
 
@@ -77,16 +81,30 @@ func Wrap(class, err error) error {
 type FieldError struct {
 	Field  string
 	Reason string
+	// Class is the error's class; nil is ErrInvalidArgument.
+	Class error
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Unwrap returns ErrInvalidArgument.
-func (e *FieldError) Unwrap() error { return ErrInvalidArgument }
+// Unwrap returns the class: ErrInvalidArgument unless Class is set.
+func (e *FieldError) Unwrap() error {
+	if e.Class != nil {
+		return e.Class
+	}
+	return ErrInvalidArgument
+}
 
 // Field returns a FieldError for field.
 func Field(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// FieldOfClass returns a FieldError of another class than invalid
+// argument: a field within its syntax but over a bound of the daemon
+// (an upload over max_file_bytes is ErrTooLarge, field "body").
+func FieldOfClass(class error, field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Class: class}
 }
 
 // InField returns err with its field prefixed by parent ("files[2]" and
@@ -99,7 +117,7 @@ func InField(parent string, err error) error {
 		if fe.Field != "" {
 			f += "." + fe.Field
 		}
-		return &FieldError{Field: f, Reason: fe.Reason}
+		return &FieldError{Field: f, Reason: fe.Reason, Class: fe.Class}
 	}
 	return &FieldError{Field: parent, Reason: err.Error()}
 }

@@ -20,6 +20,8 @@ func TestClassify(t *testing.T) {
 		{Field("limits.memory_mb", "must be in 1..%d", 4096), 400, "invalid_argument", "limits.memory_mb: must be in 1..4096"},
 		{InField("files[2]", Field("path", "contains ..")), 400, "invalid_argument", "files[2].path: contains .."},
 		{InField("env", New(ErrInvalidArgument, "FOO is not allowed")), 400, "invalid_argument", "env: FOO is not allowed"},
+		{FieldOfClass(ErrTooLarge, "body", "over max_file_bytes"), 413, "too_large", "body: over max_file_bytes"},
+		{InField("files[0]", FieldOfClass(ErrTooLarge, "content", "big")), 413, "too_large", "files[0].content: big"},
 		{New(ErrUnsupportedMediaType, "x"), http.StatusUnsupportedMediaType, "unsupported_media_type", "x"},
 		{New(ErrConflict, "x"), http.StatusConflict, "conflict", "x"},
 		{io.EOF, 500, "internal", "EOF"},

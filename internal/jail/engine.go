@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -231,6 +232,29 @@ func (e *Engine) cgroupPath(id string) string {
 		return filepath.Join(e.v2Base, e.cfg.CgroupName, id)
 	}
 	return filepath.Join(e.cfg.CgroupName, id)
+}
+
+// LimitDaemonMemory sets memory.high of the daemon's own leaf cgroup
+// ("supervisor", cgroup v2 only) to high bytes: past it the kernel
+// reclaims and throttles the daemon rather than kill it. It returns the
+// cgroup it set, "" where there is none (v1, or the hierarchy's root).
+func (e *Engine) LimitDaemonMemory(high int64) (string, error) {
+	if e.v2Base == "" || high <= 0 {
+		return "", nil
+	}
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	leaf, err := viewPath(own[""])
+	if err != nil || filepath.Base(leaf) != "supervisor" {
+		return "", err
+	}
+	dir := filepath.Join("/sys/fs/cgroup", leaf)
+	if err := cgroups.WriteFile(dir, "memory.high", strconv.FormatInt(high, 10)); err != nil {
+		return "", err
+	}
+	return leaf, nil
 }
 
 // prepareCgroupV2 makes the process's own cgroup usable as a parent of

@@ -131,6 +131,12 @@ func jsonReply(v any) reply {
 // session serves a Server on the fake daemon to an in-memory client.
 func session(t *testing.T, f *fakeDaemon) (*Server, *sdk.ClientSession) {
 	t.Helper()
+	return sessionWith(t, f, nil)
+}
+
+// sessionWith is session with a client of options opts.
+func sessionWith(t *testing.T, f *fakeDaemon, opts *sdk.ClientOptions) (*Server, *sdk.ClientSession) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := New(ctx, client.New(f.sock), "test")
 	if err != nil {
@@ -142,7 +148,7 @@ func session(t *testing.T, f *fakeDaemon) (*Server, *sdk.ClientSession) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import (
 
 // runResult turns the daemon's answer into run_python's result: a text
 // for the model, then each figure as a PNG image and each returned file as
-// an embedded resource, plus the structured output. sess, for a call in a
+// an embedded resource (or, for a file returned into the store, a link to
+// its resource), plus the structured output. sess, for a call in a
 // session, is what became of the session. A run that did not end with
 // status ok is a result with IsError set, not a protocol error. The error
 // is for a response whose base64 does not decode.
@@ -46,8 +47,13 @@ func runResult(resp *api.ExecuteResponse, sess *CallSession) (*sdk.CallToolResul
 		attached = append(attached, &sdk.ImageContent{Data: png, MIMEType: "image/png"})
 	}
 	for _, f := range resp.Files {
-		fr := FileResult{Path: f.Path, SizeBytes: f.SizeBytes, Error: f.Error}
-		if f.Error == "" {
+		fr := FileResult{Path: f.Path, SizeBytes: f.SizeBytes, FileID: f.FileID, SHA256: f.SHA256, Error: f.Error}
+		switch {
+		case f.Error != "":
+		case f.FileID != "":
+			fr.URI = storedFileURI(f.FileID)
+			attached = append(attached, &sdk.ResourceLink{URI: fr.URI, Name: path.Base(f.Path), MIMEType: mimeType(f.Path), Size: &fr.SizeBytes})
+		default:
 			content, err := base64.StdEncoding.DecodeString(f.ContentB64)
 			if err != nil {
 				return nil, nil, fmt.Errorf("malformed response from jaild: file %q: %w", f.Path, err)
@@ -140,9 +146,12 @@ func runText(out *RunOutput) string {
 	stream(&b, "stdout", out.Stdout, out.StdoutTruncated, empty)
 	stream(&b, "stderr", out.Stderr, out.StderrTruncated, "(empty)")
 	for _, f := range out.Files {
-		if f.Error != "" {
+		switch {
+		case f.Error != "":
 			fmt.Fprintf(&b, "file %s: not returned: %s\n", f.Path, f.Error)
-		} else {
+		case f.FileID != "":
+			fmt.Fprintf(&b, "file %s: %d bytes, stored as file_id %s (%s)\n", f.Path, f.SizeBytes, f.FileID, f.URI)
+		default:
 			fmt.Fprintf(&b, "file %s: %d bytes, attached as %s\n", f.Path, f.SizeBytes, f.URI)
 		}
 	}

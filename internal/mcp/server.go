@@ -13,6 +13,11 @@
 // Sessions opened through an MCP connection end with it: the server
 // deletes them when the connection closes, and all that remain when it
 // stops serving.
+//
+// A call whose client gave a progress token runs streamed, and the client
+// gets progress notifications with the recent output while it runs. When
+// the daemon has a file store, the caller's stored files are resources,
+// jaild://files/{file_id}, listed and read through the daemon.
 package mcp
 
 import (
@@ -64,10 +69,20 @@ func New(ctx context.Context, c *client.Client, version string) (*Server, error)
 	}
 	s := &Server{client: c, info: info}
 	s.owned = &owned{end: s.endSessions, conns: map[*sdk.ServerSession]map[string]struct{}{}}
+	// Logging is the SDK's default capability. Resources are listed afresh
+	// on each resources/list, and nothing tells the server that the store
+	// changed: no listChanged.
+	caps := &sdk.ServerCapabilities{Logging: &sdk.LoggingCapabilities{}}
+	if info.Files.Enabled {
+		caps.Resources = &sdk.ResourceCapabilities{}
+	}
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "jaild", Title: "jaild: Python in jails", Version: version},
-		&sdk.ServerOptions{Instructions: instructions(info.Sessions.Enabled)})
+		&sdk.ServerOptions{Instructions: instructions(info.Sessions.Enabled), Capabilities: caps})
 	if err := s.addTools(); err != nil {
 		return nil, err
+	}
+	if info.Files.Enabled {
+		s.addResources()
 	}
 	return s, nil
 }

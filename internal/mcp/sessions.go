@@ -151,6 +151,7 @@ func (s *Server) addSessionTools() error {
 		}
 	}
 	closeSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
+	s.filesSchema(openSchema.Properties["files"].Items)
 
 	openD, closeD, listD := s.sessionDescriptions()
 	no, yes := false, true
@@ -180,10 +181,7 @@ func (s *Server) addSessionTools() error {
 
 // createRequest maps open_session's arguments to the daemon's request.
 func createRequest(in OpenSessionInput) (*api.SessionCreateRequest, error) {
-	req := &api.SessionCreateRequest{}
-	for _, f := range in.Files {
-		req.Files = append(req.Files, api.FileIn{Path: f.Path, ContentB64: f.ContentB64})
-	}
+	req := &api.SessionCreateRequest{Files: filesIn(in.Files)}
 	var limits api.Limits
 	if in.TimeoutSeconds != 0 {
 		ms, err := timeoutMs(in.TimeoutSeconds)
@@ -327,12 +325,18 @@ func endReasonText(reason string) string {
 }
 
 // runInSession runs run_python's code in a session.
-func (s *Server) runInSession(ctx context.Context, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
+func (s *Server) runInSession(ctx context.Context, creq *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
 	req, err := sessionExecuteRequest(in)
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := s.client.SessionExecute(ctx, in.SessionID, req)
+	var resp *api.SessionExecuteResponse
+	if p := startProgress(ctx, creq); p != nil {
+		resp, err = s.client.SessionExecuteStream(ctx, in.SessionID, req, p.event)
+		p.finish()
+	} else {
+		resp, err = s.client.SessionExecute(ctx, in.SessionID, req)
+	}
 	if err != nil {
 		return nil, nil, s.sessionCallError(ctx, in.SessionID, err)
 	}
@@ -368,7 +372,7 @@ func sessionExecuteRequest(in RunInput) (*api.SessionExecuteRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &api.SessionExecuteRequest{Code: r.Code, Stdin: r.Stdin, Files: r.Files, ReturnFiles: r.ReturnFiles, Limits: r.Limits}, nil
+	return &api.SessionExecuteRequest{Code: r.Code, Stdin: r.Stdin, Files: r.Files, ReturnFiles: r.ReturnFiles, ReturnFilesAs: r.ReturnFilesAs, Limits: r.Limits}, nil
 }
 
 // sessionCallError explains a refused session call: a session that ended

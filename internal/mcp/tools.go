@@ -30,12 +30,14 @@ type RunInput struct {
 	Files          []FileInput `json:"files,omitempty" jsonschema:"files written into /workspace before the code runs"`
 	ReturnFiles    []string    `json:"return_files,omitempty" jsonschema:"paths or glob patterns (*, ?, [...] within a name, ** across directories), relative to /workspace, of files to send back after the run"`
 	SessionID      string      `json:"session_id,omitempty" jsonschema:"run the code in this session, opened with open_session, where the variables, imports and files of its earlier calls persist (default: a fresh sandbox of its own)"`
+	ReturnFilesAs  string      `json:"return_files_as,omitempty" jsonschema:"inline (the default: each returned file's content is in the result) or store: each goes into jaild's file store and comes back as a link to the resource jaild://files/FILE_ID, whose file_id later calls can use in files"`
 }
 
 // FileInput is a file written into the workspace before the code runs.
 type FileInput struct {
 	Path       string `json:"path" jsonschema:"relative path in /workspace, such as data.csv or in/data.csv"`
-	ContentB64 string `json:"content_b64" jsonschema:"the file's content, base64-encoded (standard alphabet, padded)"`
+	ContentB64 string `json:"content_b64,omitempty" jsonschema:"the file's content, base64-encoded (standard alphabet, padded)"`
+	FileID     string `json:"file_id,omitempty" jsonschema:"instead of content_b64, a file of jaild's file store: the file_id of the resource jaild://files/FILE_ID or of a file a call returned with return_files_as store"`
 }
 
 // RunOutput is run_python's structured result. Returned files' contents
@@ -59,11 +61,14 @@ type RunOutput struct {
 }
 
 // FileResult is a file that matched return_files: returned (its content
-// is an embedded resource of the result) or, with Error, not returned.
+// is an embedded resource of the result, or with FileID it went into the
+// file store and the result links to it) or, with Error, not returned.
 type FileResult struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"size_bytes"`
-	URI       string `json:"uri,omitempty" jsonschema:"the URI of the embedded resource that holds the content"`
+	URI       string `json:"uri,omitempty" jsonschema:"the URI of the embedded resource that holds the content, or of the stored file"`
+	FileID    string `json:"file_id,omitempty" jsonschema:"with return_files_as store: the file's id in jaild's file store, for files in later calls"`
+	SHA256    string `json:"sha256,omitempty" jsonschema:"with return_files_as store: the SHA-256 of the stored content, in hex"`
 	Error     string `json:"error,omitempty" jsonschema:"why the file was not returned"`
 }
 
@@ -115,6 +120,12 @@ func (s *Server) addTools() error {
 	timeout := runSchema.Properties["timeout_seconds"]
 	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
 	timeout.Maximum = jsonschema.Ptr(float64(s.maxima().TimeoutMs) / 1000)
+	if s.info.Files.Enabled {
+		runSchema.Properties["return_files_as"].Enum = []any{api.ReturnInline, api.ReturnStore}
+	} else {
+		delete(runSchema.Properties, "return_files_as")
+	}
+	s.filesSchema(runSchema.Properties["files"].Items)
 
 	no := false
 	sdk.AddTool(s.mcp, &sdk.Tool{
@@ -142,6 +153,16 @@ func (s *Server) addTools() error {
 		return nil
 	}
 	return s.addSessionTools()
+}
+
+// filesSchema fits the schema of FileInput to the daemon: without a file
+// store there is no file_id, and content_b64 is required.
+func (s *Server) filesSchema(item *jsonschema.Schema) {
+	if s.info.Files.Enabled {
+		return
+	}
+	delete(item.Properties, "file_id")
+	item.Required = append(item.Required, "content_b64")
 }
 
 // inputSchema is the schema inferred from T, with its optional
@@ -192,6 +213,9 @@ func (s *Server) runDescription() string {
 	fmt.Fprintf(&b, "- There is no network access.\n")
 	fmt.Fprintf(&b, "- Only what the program prints is shown: print() what you want to see. Figures shown with plt.show() or still open at the end come back as images.\n")
 	fmt.Fprintf(&b, "- The program runs as main.py in /workspace, its current directory. `files` are written there first; `return_files` are sent back afterwards.\n")
+	if s.info.Files.Enabled {
+		fmt.Fprintf(&b, "- Files kept in jaild's file store (listed as resources jaild://files/FILE_ID) go into `files` by file_id, without base64; return_files_as \"store\" puts returned files there, for large outputs or files to reuse.\n")
+	}
 	fmt.Fprintf(&b, "- Limits of each call: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.%s\n",
 		seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes), inSession)
 	fmt.Fprintf(&b, "- A run that fails (an exception, a non-zero exit, the time or memory limit) is a result with isError set, its message, the exception and stderr: fix the code and call again.")
@@ -218,15 +242,21 @@ func bytesString(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-func (s *Server) run(ctx context.Context, _ *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
+func (s *Server) run(ctx context.Context, creq *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
 	if in.SessionID != "" {
-		return s.runInSession(ctx, in)
+		return s.runInSession(ctx, creq, in)
 	}
 	req, err := executeRequest(in)
 	if err != nil {
 		return nil, nil, err
 	}
-	resp, err := s.client.Execute(ctx, req)
+	var resp *api.ExecuteResponse
+	if p := startProgress(ctx, creq); p != nil {
+		resp, err = s.client.ExecuteStream(ctx, req, p.event)
+		p.finish()
+	} else {
+		resp, err = s.client.Execute(ctx, req)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not run the code: %w", err)
 	}
@@ -237,12 +267,9 @@ func (s *Server) run(ctx context.Context, _ *sdk.CallToolRequest, in RunInput) (
 // daemon validates everything else, with messages that name the fields,
 // which run_python shares with the API (files[i].path, return_files).
 func executeRequest(in RunInput) (*api.ExecuteRequest, error) {
-	req := &api.ExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles}
+	req := &api.ExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles, ReturnFilesAs: in.ReturnFilesAs, Files: filesIn(in.Files)}
 	if in.Stdin != "" {
 		req.Stdin = &in.Stdin
-	}
-	for _, f := range in.Files {
-		req.Files = append(req.Files, api.FileIn{Path: f.Path, ContentB64: f.ContentB64})
 	}
 	if in.TimeoutSeconds != 0 {
 		ms, err := timeoutMs(in.TimeoutSeconds)
@@ -252,6 +279,14 @@ func executeRequest(in RunInput) (*api.ExecuteRequest, error) {
 		req.Limits = &api.Limits{TimeoutMs: &ms}
 	}
 	return req, nil
+}
+
+func filesIn(files []FileInput) []api.FileIn {
+	var in []api.FileIn
+	for _, f := range files {
+		in = append(in, api.FileIn{Path: f.Path, ContentB64: f.ContentB64, FileID: f.FileID})
+	}
+	return in
 }
 
 func (s *Server) lint(ctx context.Context, _ *sdk.CallToolRequest, in LintInput) (*sdk.CallToolResult, *LintOutput, error) {

@@ -2,6 +2,11 @@ package run
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -9,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
@@ -24,6 +30,7 @@ func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Resu
 	)
 	stdout := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: stdout.OnOverflow}
+	req.Output.attach(stdout, stderr)
 	records := &runner.Capture{Limit: runner.MaxRecordBytes}
 	base := j.Stats()
 	var readers sync.WaitGroup
@@ -93,7 +100,7 @@ wait:
 		res.Figures = workspace.ReadFigures(filepath.Join(j.MetaHostDir(), "figures"))
 	}
 	if len(req.ReturnFiles) > 0 {
-		files, err := collect(j, req.ReturnFiles)
+		files, err := collect(j, req.ReturnFiles, req.Hooks, s.log)
 		if err != nil {
 			s.log.Warn("collect files", "id", j.ID(), "err", err)
 			files = append(files, workspace.File{Path: ".", Error: "workspace could not be read completely"})
@@ -104,15 +111,56 @@ wait:
 	return res, nil
 }
 
-// collect reads back the files of j's workspace that match patterns; only
-// call it once every process of the jail is dead.
-func collect(j *jail.Jail, patterns []string) ([]workspace.File, error) {
+// collect reads back the files of j's workspace that match patterns, into
+// memory or, with h.Store, into the file store; only call it once no
+// process of the jail runs.
+func collect(j *jail.Jail, patterns []string, h Hooks, log *slog.Logger) ([]workspace.File, error) {
 	d, err := workspace.Open(j.WorkDir())
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
+	if h.Store != nil {
+		return d.CollectWith(patterns, storeTaker(h.Store, log))
+	}
 	return d.Collect(patterns)
+}
+
+// storeTaker streams each file into the store under its base name; only
+// the workspace's size bounds them (the store has its own bounds).
+func storeTaker(sink FileSink, log *slog.Logger) workspace.Taker {
+	return workspace.Taker{MaxFileBytes: math.MaxInt64, MaxTotalBytes: math.MaxInt64, Take: func(rel string, f *os.File, size int64) workspace.File {
+		id, sum, err := sink.Put(path.Base(rel), io.LimitReader(f, size), size)
+		if err != nil {
+			why := "not stored: " + err.Error()
+			if _, class := errdefs.Classify(err); class == errdefs.ErrInternal.Error() {
+				log.Error("store a returned file", "path", rel, "err", err)
+				why = "not stored: the daemon could not store it (see its log)"
+			}
+			return workspace.File{Path: rel, Size: size, Error: why}
+		}
+		return workspace.File{Path: rel, Size: size, FileID: id, SHA256: sum}
+	}}
+}
+
+// attach makes o the consumer of two captures' kept bytes, instead of
+// their buffers; a nil o changes nothing.
+func (o OutputFunc) attach(stdout, stderr *runner.Capture) {
+	if o == nil {
+		return
+	}
+	stdout.Discard, stdout.Sink = true, outputWriter{o, 1}
+	stderr.Discard, stderr.Sink = true, outputWriter{o, 2}
+}
+
+type outputWriter struct {
+	o      OutputFunc
+	stream int
+}
+
+func (w outputWriter) Write(p []byte) (int, error) {
+	w.o(w.stream, p)
+	return len(p), nil
 }
 
 // status decides the run's status from what happened, most specific first.

@@ -1,7 +1,10 @@
 package run
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -13,10 +16,69 @@ import (
 	"github.com/jaild/jaild/internal/workspace"
 )
 
-// File is a file written into the workspace before the run starts.
+// File is a file written into the workspace before the run starts: Data,
+// or Size bytes of Src from its start (a file of the store, copied by the
+// kernel: it never passes through the daemon's memory). The caller owns
+// Src and closes it after the run.
 type File struct {
 	Path string // relative to the workspace; see workspace.ValidatePath
 	Data []byte
+	Src  *os.File
+	Size int64
+}
+
+// size is the file's length.
+func (f *File) size() int64 {
+	if f.Src != nil {
+		return f.Size
+	}
+	return int64(len(f.Data))
+}
+
+// reader reads the file's content from its start (a file written twice,
+// into a warm jail that could not serve and then a cold one, is read whole
+// each time). A Src is an *os.File behind an io.LimitedReader, which
+// io.Copy into the workspace turns into copy_file_range or sendfile.
+func (f *File) reader() io.Reader {
+	if f.Src != nil {
+		if _, err := f.Src.Seek(0, io.SeekStart); err != nil {
+			return errReader{err}
+		}
+		return io.LimitReader(f.Src, f.Size)
+	}
+	return bytes.NewReader(f.Data)
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// OutputFunc receives a run's output as it is captured: stream 1 is
+// stdout, 2 stderr; p holds the bytes kept within the output cap (a
+// consumer sees at most the cap of each stream). It must not block or
+// keep p.
+type OutputFunc func(stream int, p []byte)
+
+// FileSink takes returned files into the file store: Put streams r (size
+// bytes) in and returns the stored copy's id and sha256. An error of an
+// errdefs class is the caller's (a quota); its message is reported on the
+// file.
+type FileSink interface {
+	Put(name string, r io.Reader, size int64) (id, sha256 string, err error)
+}
+
+// Hooks are a request's optional live consumers; the zero value has none.
+type Hooks struct {
+	// Output receives the run's output as it arrives; the Result's
+	// Stdout and Stderr are then empty (only the truncation flags are
+	// set): the consumer had every byte.
+	Output OutputFunc
+	// OnStart is called once the jail is ready and the code is about to
+	// run, with the run's id and whether it is warm.
+	OnStart func(id string, warm bool)
+	// Store, when set, takes the returned files instead of reading them
+	// into memory (return_files_as "store").
+	Store FileSink
 }
 
 // Request describes one run.
@@ -42,6 +104,7 @@ type Request struct {
 	// Network, when set, gives the run egress (the jail engine needs a
 	// Config.Network); nil means loopback only.
 	Network *jail.Network
+	Hooks
 }
 
 // Bounds on the request's own shape.
@@ -118,7 +181,7 @@ func (r *Request) Validate() error {
 			return errdefs.New(errdefs.ErrInvalidArgument, "files: duplicate path %q", f.Path)
 		}
 		seen[f.Path] = true
-		total += int64(len(f.Data))
+		total += f.size()
 	}
 	if total > r.Limits.WorkspaceBytes {
 		return errdefs.New(errdefs.ErrInvalidArgument, "files total %d bytes, more than the workspace size %d", total, r.Limits.WorkspaceBytes)

@@ -147,6 +147,9 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 			return nil, err
 		}
 	}
+	if req.OnStart != nil {
+		req.OnStart(st.j.ID(), warm)
+	}
 	res, err := s.execute(ctx, st, req)
 	if err != nil {
 		st.Destroy()

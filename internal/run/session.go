@@ -54,6 +54,7 @@ type Call struct {
 	LastLineInteractive bool
 	Timeout             time.Duration
 	OutputBytes         int64
+	Hooks
 }
 
 // Validate checks the call; the error is of class
@@ -381,6 +382,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	)
 	stdout := &runner.Capture{Limit: c.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &runner.Capture{Limit: c.OutputBytes, OnOverflow: stdout.OnOverflow}
+	c.Output.attach(stdout, stderr)
 	ss.stdout.attach(stdout)
 	ss.stderr.attach(stderr)
 	ss.mu.Lock()
@@ -403,6 +405,9 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		return nil, fmt.Errorf("thaw session: %w", err)
 	}
 	committed = true
+	if c.OnStart != nil {
+		c.OnStart(j.ID(), ss.warm)
+	}
 	ss.mu.Lock()
 	ss.fresh = false // the job that carries the rlimits is on its way
 	ss.mu.Unlock()
@@ -581,7 +586,7 @@ wait:
 		}
 		res.Figures = workspace.ReadFigures(figs)
 		if len(c.ReturnFiles) > 0 {
-			files, err := collect(j, c.ReturnFiles)
+			files, err := collect(j, c.ReturnFiles, c.Hooks, ss.s.log)
 			if err != nil {
 				ss.s.log.Warn("collect files", "id", j.ID(), "err", err)
 				files = append(files, workspace.File{Path: ".", Error: "workspace could not be read completely"})

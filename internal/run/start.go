@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -110,7 +109,7 @@ func writeFiles(j *jail.Jail, files []File, replace bool) error {
 		if replace {
 			put = d.Replace
 		}
-		if err := put(f.Path, bytes.NewReader(f.Data), j.HostUID(), j.HostGID()); err != nil {
+		if err := put(f.Path, f.reader(), j.HostUID(), j.HostGID()); err != nil {
 			return err
 		}
 	}

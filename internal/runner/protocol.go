@@ -71,7 +71,8 @@ func EncodeJob(j Job) []byte {
 // calls OnOverflow once, and keeps draining (and discarding) so that the
 // writer is never blocked on a full pipe. Sink, when set, receives every
 // kept chunk as it arrives (a live consumer such as a stream); an error
-// from it detaches it and is kept in SinkErr.
+// from it detaches it and is kept in SinkErr. With Discard, kept bytes go
+// only to Sink (Buf stays empty): a streamed run holds its output once.
 type Capture struct {
 	Buf        []byte
 	Limit      int64
@@ -79,6 +80,8 @@ type Capture struct {
 	OnOverflow func()
 	Sink       io.Writer
 	SinkErr    error
+	Discard    bool
+	kept       int64
 }
 
 func (c *Capture) send(p []byte) {
@@ -107,11 +110,10 @@ func (c *Capture) Drain(r io.Reader) {
 
 // Add takes one chunk of the stream, as Drain does.
 func (c *Capture) Add(p []byte) {
-	room := c.Limit - int64(len(c.Buf))
+	room := c.Limit - c.kept
 	if int64(len(p)) > room {
 		room = max(room, 0)
-		c.Buf = append(c.Buf, p[:room]...)
-		c.send(p[:room])
+		c.keep(p[:room])
 		if !c.Truncated {
 			c.Truncated = true
 			if c.OnOverflow != nil {
@@ -120,7 +122,14 @@ func (c *Capture) Add(p []byte) {
 		}
 		return
 	}
-	c.Buf = append(c.Buf, p...)
+	c.keep(p)
+}
+
+func (c *Capture) keep(p []byte) {
+	c.kept += int64(len(p))
+	if !c.Discard {
+		c.Buf = append(c.Buf, p...)
+	}
 	c.send(p)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -31,26 +32,131 @@ const (
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	who := callerOf(r)
-	var req api.ExecuteRequest
-	if err := s.decode(w, r, &req); err != nil {
+	fail := func(err error) error {
 		s.audit.refused(who, "execute", err)
 		return err
 	}
+	mem := &lease{b: s.budget}
+	defer mem.release()
+	if err := s.reserveBody(r, mem); err != nil {
+		return fail(err)
+	}
+	var req api.ExecuteRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return fail(err)
+	}
 	jr, err := s.jailRequest(&req, who)
 	if err != nil {
-		s.audit.refused(who, "execute", err)
-		return err
+		return fail(err)
+	}
+	defer closeFiles(jr.Files)
+	if err := s.reserveRun(r.Context(), mem, jr.Limits.OutputBytes, len(jr.ReturnFiles) > 0 && jr.Store == nil); err != nil {
+		return fail(err)
+	}
+	if format := streamFormat(r.Header.Get("Accept")); format != "" {
+		return s.executeStream(w, r, format, who, &req, jr, start)
 	}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
-		s.audit.refused(who, "execute", err)
-		return err
+		return fail(err)
 	}
-	resp := response(res, jr.Limits)
+	bulk := newBulkSet()
+	resp := response(res, jr.Limits, bulk)
 	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
-	writeJSON(w, http.StatusOK, resp)
+	writeBulk(w, http.StatusOK, resp, bulk)
 	return nil
+}
+
+// executeStream runs jr with its events streamed in format (see
+// api/stream.go). Errors before the run starts are ordinary error
+// responses; after, an error event ends the stream.
+func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format string, who admission.Caller, req *api.ExecuteRequest, jr *run.Request, start time.Time) error {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	live := newLiveStream(w, format == api.MediaSSE, cancel)
+	began := false
+	jr.Output = live.output
+	jr.OnStart = func(id string, warm bool) {
+		began = true
+		s.setQuotaHeader(w, who)
+		live.begin(w, format, api.EventStartData{RunID: id, Warm: warm})
+	}
+	res, queued, err := s.run(ctx, who, jr)
+	if err != nil {
+		s.audit.refused(who, "execute", err)
+		if !began {
+			s.setQuotaHeader(w, who)
+			return err
+		}
+		return live.end([]finalEvent{s.errorEvent(r, err)})
+	}
+	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
+	if !began { // an engine that ran without saying so: the stream starts now
+		jr.OnStart(res.ID, res.Warm)
+	}
+	bulk := newBulkSet()
+	events := finalEvents(res, bulk)
+	resp := response(res, jr.Limits, bulk)
+	events = append(events, finalEvent{api.EventDone, resp, bulk})
+	if err := live.end(events); err != nil {
+		s.log.Info("streamed execute: client stopped reading", "run_id", res.ID, "err", err)
+	}
+	return nil
+}
+
+// finalEvents are the events of a run's end before done: its figures,
+// exception and result. The figures are taken out of res (done does not
+// repeat them).
+func finalEvents(res *run.Result, bulk *bulkSet) []finalEvent {
+	var out []finalEvent
+	for _, f := range res.Figures {
+		out = append(out, finalEvent{api.EventFigure, api.Figure{Name: f.Name, ContentB64: bulk.add(f.Data)}, bulk})
+	}
+	res.Figures = nil
+	if e := execError(res.Exception); e != nil {
+		out = append(out, finalEvent{api.EventException, e, nil})
+	}
+	if res.ResultRepr != nil {
+		out = append(out, finalEvent{api.EventResult, api.EventResultData{Repr: *res.ResultRepr}, nil})
+	}
+	return out
+}
+
+// errorEvent is the error event of a request that failed after its
+// stream began: the body writeError would have sent.
+func (s *Server) errorEvent(r *http.Request, err error) finalEvent {
+	_, body := s.errorBody(r, err)
+	return finalEvent{api.EventError, body, nil}
+}
+
+// reserveBody reserves the memory decoding r's JSON body may take: the
+// body, its strings, and their decoded bytes.
+func (s *Server) reserveBody(r *http.Request, mem *lease) error {
+	n := r.ContentLength
+	if n < 0 || n > s.cfg.MaxBodyBytes {
+		n = s.cfg.MaxBodyBytes
+	}
+	return mem.acquire(r.Context(), 3*n, s.cfg.Admission.QueueWait.Duration, "the request's body")
+}
+
+// reserveRun reserves a run's worst case: both output captures, its
+// figures, and its returned files when they come inline.
+func (s *Server) reserveRun(ctx context.Context, mem *lease, outputBytes int64, inlineFiles bool) error {
+	n := 2*outputBytes + workspace.MaxFiguresTotalBytes
+	if inlineFiles {
+		n += workspace.MaxReturnTotalBytes
+	}
+	return mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)")
+}
+
+// closeFiles closes the store files a request opened.
+func closeFiles(files []run.File) {
+	for _, f := range files {
+		if f.Src != nil {
+			f.Src.Close()
+		}
+	}
 }
 
 // run admits the request and runs it in a jail. The run is killed when the
@@ -100,13 +206,16 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 		}
 		jr.Stdin = []byte(*req.Stdin)
 	}
-	if jr.Files, err = decodeFiles(req.Files, limits.WorkspaceBytes); err != nil {
-		return nil, err
-	}
 	if err := checkPatterns(req.ReturnFiles); err != nil {
 		return nil, err
 	}
 	jr.ReturnFiles = req.ReturnFiles
+	if jr.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
+		return nil, err
+	}
+	if jr.Files, err = s.decodeFiles(req.Files, limits.WorkspaceBytes, who); err != nil {
+		return nil, err
+	}
 	if err := run.ValidateEnv(req.Env); err != nil {
 		return nil, err // a field error of env already
 	}
@@ -125,12 +234,18 @@ func checkRunCode(code string) error {
 }
 
 // decodeFiles validates files and decodes their contents, at most
-// workspace bytes in total.
-func decodeFiles(files []api.FileIn, workspaceBytes int64) ([]run.File, error) {
+// workspace bytes in total; a file_id opens the caller's stored file (the
+// caller closes it: closeFiles).
+func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admission.Caller) (_ []run.File, err error) {
 	if len(files) > run.MaxFiles {
 		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(files), run.MaxFiles)
 	}
 	var out []run.File
+	defer func() {
+		if err != nil {
+			closeFiles(out)
+		}
+	}()
 	seen := map[string]bool{}
 	var total int64
 	for i, f := range files {
@@ -141,21 +256,34 @@ func decodeFiles(files []api.FileIn, workspaceBytes int64) ([]run.File, error) {
 			return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "duplicate path %q", f.Path)
 		}
 		seen[f.Path] = true
-		data, err := base64.StdEncoding.DecodeString(f.ContentB64)
-		if err != nil {
-			return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
+		var rf run.File
+		switch {
+		case f.FileID != "" && f.ContentB64 != "":
+			return nil, errdefs.Field(fmt.Sprintf("files[%d]", i), "has both content_b64 and file_id; give one")
+		case f.FileID != "":
+			if rf, err = s.storedFile(f.FileID, who); err != nil {
+				return out, errdefs.InField(fmt.Sprintf("files[%d].file_id", i), err)
+			}
+			out = append(out, rf) // closed on error from here on
+		default:
+			data, err := base64.StdEncoding.DecodeString(f.ContentB64)
+			if err != nil {
+				return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
+			}
+			rf = run.File{Data: data}
+			out = append(out, rf)
 		}
-		total += int64(len(data))
+		out[len(out)-1].Path = f.Path
+		total += out[len(out)-1].Size + int64(len(rf.Data))
 		if total > workspaceBytes {
-			return nil, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, workspaceBytes)
+			return out, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, workspaceBytes)
 		}
-		out = append(out, run.File{Path: f.Path, Data: data})
 	}
 	// A file cannot also be a directory of another.
 	for i, f := range files {
 		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
 			if seen[dir] {
-				return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "%q is inside %q, which is a file of this request", f.Path, dir)
+				return out, errdefs.Field(fmt.Sprintf("files[%d].path", i), "%q is inside %q, which is a file of this request", f.Path, dir)
 			}
 		}
 	}
@@ -269,12 +397,15 @@ func EngineLimits(v config.Limits) jail.Limits {
 
 // response maps an engine result to the wire, with one actionable line in
 // message. Output is returned as text: invalid UTF-8 becomes U+FFFD.
-func response(res *run.Result, l jail.Limits) *api.ExecuteResponse {
+//
+// The output, files and figures are placeholders of bulk: write the
+// response with writeBulk (or writeBulkJSON), which streams them.
+func response(res *run.Result, l jail.Limits, bulk *bulkSet) *api.ExecuteResponse {
 	out := &api.ExecuteResponse{
 		RunID:           res.ID,
 		Status:          string(res.Status),
-		Stdout:          strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-		Stderr:          strings.ToValidUTF8(string(res.Stderr), "\uFFFD"),
+		Stdout:          bulk.addText(res.Stdout),
+		Stderr:          bulk.addText(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated,
 		StderrTruncated: res.StderrTruncated,
 		TimedOut:        res.TimedOut,
@@ -299,15 +430,9 @@ func response(res *run.Result, l jail.Limits) *api.ExecuteResponse {
 		code := res.ExitCode
 		out.ExitCode = &code
 	}
-	if e := res.Exception; e != nil {
-		out.Error = &api.ExecError{Type: e.Type, Message: e.Message}
-		if e.Line > 0 {
-			line := e.Line
-			out.Error.Line = &line
-		}
-	}
+	out.Error = execError(res.Exception)
 	for _, f := range res.Files {
-		fo := api.FileOut{Path: f.Path, SizeBytes: f.Size, Error: f.Error}
+		fo := api.FileOut{Path: f.Path, SizeBytes: f.Size, Error: f.Error, FileID: f.FileID, SHA256: f.SHA256}
 		if !utf8.ValidString(f.Path) {
 			// JSON carries only valid UTF-8, and replacing bytes could give
 			// two files one name: report such a file, never return it.
@@ -315,14 +440,27 @@ func response(res *run.Result, l jail.Limits) *api.ExecuteResponse {
 			fo.Error = "file name is not valid UTF-8 (shown with U+FFFD); not returned"
 		}
 		if fo.Error == "" {
-			fo.ContentB64 = base64.StdEncoding.EncodeToString(f.Data)
+			fo.ContentB64 = bulk.add(f.Data)
 		}
 		out.Files = append(out.Files, fo)
 	}
 	for _, f := range res.Figures {
-		out.Figures = append(out.Figures, api.Figure{Name: f.Name, ContentB64: base64.StdEncoding.EncodeToString(f.Data)})
+		out.Figures = append(out.Figures, api.Figure{Name: f.Name, ContentB64: bulk.add(f.Data)})
 	}
 	out.Message = message(res, l)
+	return out
+}
+
+// execError is the wire form of an exception; nil for none.
+func execError(e *runner.Exception) *api.ExecError {
+	if e == nil {
+		return nil
+	}
+	out := &api.ExecError{Type: e.Type, Message: e.Message}
+	if e.Line > 0 {
+		line := e.Line
+		out.Line = &line
+	}
 	return out
 }
 

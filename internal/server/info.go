@@ -1,7 +1,9 @@
 package server
 
 import (
+	"math"
 	"net/http"
+	"runtime/debug"
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
@@ -59,6 +61,11 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		Enabled: sc.Enabled, Live: live, Running: busy, MaxPerUID: sc.MaxPerUID, MaxTotal: sc.MaxTotal,
 		IdleTimeoutS: int64(sc.IdleTimeout.Seconds()), MaxIdleTimeoutS: int64(sc.MaxIdleTimeout.Seconds()),
 		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: run.InterruptGrace.Milliseconds(),
+	}
+	info.Files = s.filesInfo(who.UID)
+	info.Memory = api.MemoryInfo{BudgetBytes: s.budget.max, InUseBytes: s.budget.inUse()}
+	if l := debug.SetMemoryLimit(-1); l < math.MaxInt64 {
+		info.Memory.LimitBytes = l
 	}
 	writeJSON(w, http.StatusOK, info)
 	return nil

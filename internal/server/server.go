@@ -1,6 +1,7 @@
 // Package server is jaild's HTTP API on a Unix socket: request decoding and
-// validation, admission, the jail runs behind execute, lint and format, the
-// info and health endpoints, error mapping, and the audit log.
+// validation, admission, the jail runs behind execute, lint and format,
+// sessions, the file store's endpoints, the info and health endpoints,
+// error mapping, and the audit log.
 package server
 
 import (
@@ -27,6 +28,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/filestore"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/sessions"
@@ -59,6 +61,8 @@ type Server struct {
 	netG     string // gid of network.allow_group, "" if none
 	baseCtx  context.Context
 	stop     context.CancelFunc
+	budget   *memBudget
+	files    *filestore.Store // nil when the file store is disabled
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
@@ -102,10 +106,20 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
 		return nil, err
 	}
+	if f := cfg.Files; f.Enabled {
+		s.files, err = filestore.Open(filestore.Config{
+			Dir: f.Dir, MaxFileBytes: f.MaxFileMB << 20, MaxBytesPerUID: f.MaxMBPerUID << 20, MaxFilesPerUID: f.MaxFilesPerUID,
+			MaxTotalBytes: f.MaxTotalMB << 20, MinFreeBytes: f.MinFreeMB << 20, TTL: f.TTL.Duration,
+		}, log)
+		if err != nil {
+			return nil, err
+		}
+	}
 	s.sessions = sessions.New(sessions.Config{
 		MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
 	})
 	s.baseCtx, s.stop = context.WithCancel(context.Background())
+	s.budget = newMemBudget(cfg.MemoryBudget())
 	return s, nil
 }
 
@@ -138,9 +152,14 @@ func (s *Server) HTTPServer() *http.Server {
 func (s *Server) Abort() { s.stop() }
 
 // Close ends every session (their jails are torn down by the engine,
-// whose Close waits for that) and stops the reaper. Call it after the
-// HTTP server has shut down.
-func (s *Server) Close() { s.sessions.Close() }
+// whose Close waits for that), stops the reaper, and closes the file
+// store. Call it after the HTTP server has shut down.
+func (s *Server) Close() {
+	s.sessions.Close()
+	if s.files != nil {
+		s.files.Close()
+	}
+}
 
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
@@ -254,6 +273,13 @@ func (s *Server) Handler() http.Handler {
 	handle2(mux, s, "/v1/sessions/{id}", map[string]func(http.ResponseWriter, *http.Request) error{
 		http.MethodGet: s.getSession, http.MethodDelete: s.deleteSession,
 	})
+	handle2(mux, s, "/v1/files", map[string]func(http.ResponseWriter, *http.Request) error{
+		http.MethodPost: s.uploadFile, http.MethodGet: s.listFiles,
+	})
+	handle2(mux, s, "/v1/files/{id}", map[string]func(http.ResponseWriter, *http.Request) error{
+		http.MethodGet: s.getFile, http.MethodDelete: s.deleteFile,
+	})
+	handle(http.MethodGet, "/v1/files/{id}/meta", s.getFileMeta)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", trimHeader(r.URL.Path)))
 	}
@@ -292,6 +318,17 @@ func handle2(mux *http.ServeMux, s *Server, path string, hs map[string]func(http
 
 // writeError is the one place where an error becomes an HTTP response.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := s.errorBody(r, err)
+	var re *admission.RetryError
+	if errors.As(err, &re) {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(re.After.Seconds(), 1))), 10))
+	}
+	writeJSON(w, status, body)
+}
+
+// errorBody is err's status and body; an internal error is logged, and
+// its body says only that.
+func (s *Server) errorBody(r *http.Request, err error) (int, api.ErrorBody) {
 	status, typ := errdefs.Classify(err)
 	detail := api.ErrorDetail{Type: typ, Message: err.Error()}
 	var fe *errdefs.FieldError
@@ -303,11 +340,17 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("internal error", "path", r.URL.Path, "err", err)
 		detail = api.ErrorDetail{Type: typ, Message: "internal error; see the daemon's log"}
 	}
-	var re *admission.RetryError
-	if errors.As(err, &re) {
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(re.After.Seconds(), 1))), 10))
+	return status, api.ErrorBody{Error: detail}
+}
+
+// writeBulk is writeJSON for a value with bulk placeholders (see
+// bulkSet): their content is streamed into the body.
+func writeBulk(w http.ResponseWriter, status int, v any, bulk *bulkSet) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if err := writeBulkJSON(w, v, bulk); err == nil {
+		_, _ = io.WriteString(w, "\n")
 	}
-	writeJSON(w, status, api.ErrorBody{Error: detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

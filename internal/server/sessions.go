@@ -74,6 +74,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.sessionsEnabled(); err != nil {
 		return fail(err)
 	}
+	mem := &lease{b: s.budget}
+	defer mem.release()
+	if err := s.reserveBody(r, mem); err != nil {
+		return fail(err)
+	}
 	var req api.SessionCreateRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
@@ -98,10 +103,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := run.ValidateEnv(req.Env); err != nil {
 		return fail(err)
 	}
-	files, err := decodeFiles(req.Files, limits.WorkspaceBytes)
+	files, err := s.decodeFiles(req.Files, limits.WorkspaceBytes, who)
 	if err != nil {
 		return fail(err)
 	}
+	defer closeFiles(files)
 	netw, err := s.network(&api.ExecuteRequest{Network: req.Network, AllowHosts: req.AllowHosts}, who)
 	if err != nil {
 		return fail(err)
@@ -228,6 +234,11 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "session_execute", err)
 		return err
 	}
+	mem := &lease{b: s.budget}
+	defer mem.release()
+	if err := s.reserveBody(r, mem); err != nil {
+		return fail(err)
+	}
 	var req api.SessionExecuteRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
@@ -241,28 +252,58 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer done(0) // a call refused or failed before it ran
 	meta := info.Meta.(*sessionMeta)
-	call, err := sessionCall(&req, meta)
+	call, err := s.sessionCall(&req, meta, who)
 	if err != nil {
 		return fail(err)
 	}
-	release, err := s.adm.Admit(r.Context(), who)
+	defer closeFiles(call.Files)
+	if err := s.reserveRun(r.Context(), mem, call.OutputBytes, len(call.ReturnFiles) > 0 && call.Store == nil); err != nil {
+		return fail(err)
+	}
+	var live *liveStream
+	ctx := r.Context()
+	format := streamFormat(r.Header.Get("Accept"))
+	began := false
+	if format != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		live = newLiveStream(w, format == api.MediaSSE, cancel)
+		call.Output = live.output
+		call.OnStart = func(id string, warm bool) {
+			began = true
+			live.begin(w, format, api.EventStartData{RunID: id, Warm: warm})
+		}
+	}
+	release, err := s.adm.Admit(ctx, who)
 	s.setQuotaHeader(w, who)
 	if err != nil {
-		if r.Context().Err() != nil {
+		if ctx.Err() != nil {
 			err = errdefs.New(errdefs.ErrUnavailable, "client went away while queued")
 		}
 		return fail(err)
 	}
 	queued := time.Since(start)
-	res, err := meta.h.Exec(r.Context(), call)
+	res, err := meta.h.Exec(ctx, call)
 	release()
 	if err != nil {
-		return fail(fmt.Errorf("session call failed: %w", err))
+		err = fmt.Errorf("session call failed: %w", err)
+		if began {
+			s.audit.refused(who, "session_execute", err)
+			_ = live.end([]finalEvent{s.errorEvent(r, err)})
+			return nil
+		}
+		return fail(err)
 	}
 	done(res.Count)
 	l := meta.limits
 	l.Timeout, l.OutputBytes = call.Timeout, call.OutputBytes
-	resp := &api.SessionExecuteResponse{ExecuteResponse: *response(&res.Result, l), ExecutionCount: res.Count}
+	bulk := newBulkSet()
+	var events []finalEvent
+	if live != nil {
+		events = finalEvents(&res.Result, bulk)
+	}
+	resp := &api.SessionExecuteResponse{ExecuteResponse: *response(&res.Result, l, bulk), ExecutionCount: res.Count}
 	after, err := s.sessions.Get(id, sw)
 	if err != nil { // dropped from the table meanwhile
 		after = info
@@ -287,7 +328,16 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		resp.Message = sentences(resp.Message, "The session has ended ("+reason+").")
 	}
 	s.audit.ranSession(who, id, res.Count, req.Code, l, res, queued, time.Since(start))
-	writeJSON(w, http.StatusOK, resp)
+	if live != nil {
+		if !began {
+			call.OnStart(res.ID, res.Warm)
+		}
+		if err := live.end(append(events, finalEvent{api.EventDone, resp, bulk})); err != nil {
+			s.log.Info("streamed session call: client stopped reading", "session_id", id, "err", err)
+		}
+		return nil
+	}
+	writeBulk(w, http.StatusOK, resp, bulk)
 	return nil
 }
 
@@ -336,7 +386,7 @@ func sessionCallFields(req *api.SessionExecuteRequest) error {
 
 // sessionCall validates a call into the engine's form: the session's
 // defaults for what it leaves out, the owner's maxima as the bounds.
-func sessionCall(req *api.SessionExecuteRequest, m *sessionMeta) (*run.Call, error) {
+func (s *Server) sessionCall(req *api.SessionExecuteRequest, m *sessionMeta, who admission.Caller) (*run.Call, error) {
 	if err := checkRunCode(req.Code); err != nil {
 		return nil, err
 	}
@@ -366,14 +416,17 @@ func sessionCall(req *api.SessionExecuteRequest, m *sessionMeta) (*run.Call, err
 		}
 		c.Stdin = []byte(*req.Stdin)
 	}
-	var err error
-	if c.Files, err = decodeFiles(req.Files, m.workspaceSz); err != nil {
-		return nil, err
-	}
 	if err := checkPatterns(req.ReturnFiles); err != nil {
 		return nil, err
 	}
 	c.ReturnFiles = req.ReturnFiles
+	var err error
+	if c.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
+		return nil, err
+	}
+	if c.Files, err = s.decodeFiles(req.Files, m.workspaceSz, who); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

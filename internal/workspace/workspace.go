@@ -42,9 +42,12 @@ const (
 	MaxReturnTotalBytes = 64 << 20
 	MaxFigures          = 16
 	MaxFigureBytes      = 8 << 20
-	maxWalkEntries      = 20000
-	maxWalkDepth        = 64
-	collectTimeout      = 5 * time.Second
+	// MaxFiguresTotalBytes bounds a run's figures together; figures past
+	// it are left out, as those past MaxFigures are.
+	MaxFiguresTotalBytes = 32 << 20
+	maxWalkEntries       = 20000
+	maxWalkDepth         = 64
+	collectTimeout       = 5 * time.Second
 )
 
 // ValidatePath checks a workspace-relative path from a caller: non-empty,
@@ -271,6 +274,9 @@ type File struct {
 	Size  int64
 	Data  []byte
 	Error string
+	// FileID and SHA256 name the file's copy in the file store, for a
+	// file a Taker stored instead of reading it (Data is empty then).
+	FileID, SHA256 string
 }
 
 // Collect reads back the regular files beneath the directory that match
@@ -282,6 +288,44 @@ type File struct {
 // the directory could not be searched completely; the files found so far
 // are returned with it.
 func (d *Dir) Collect(patterns []string) ([]File, error) {
+	return d.CollectWith(patterns, Taker{MaxFileBytes: MaxReturnFileBytes, MaxTotalBytes: MaxReturnTotalBytes, Take: readFile})
+}
+
+// Taker decides what becomes of one matched regular file: f is open
+// read-only on it (never through a link), size its size when opened; it
+// returns the File to report (with Error set to say why it was not
+// taken). Limits bound what it is given.
+type Taker struct {
+	MaxFileBytes  int64 // larger files are reported, not taken
+	MaxTotalBytes int64 // the total of the files taken
+	Take          func(rel string, f *os.File, size int64) File
+}
+
+// readFile is Collect's Take: the file is read into memory.
+func readFile(rel string, f *os.File, size int64) File {
+	data, err := readExactly(f, size)
+	if err != nil {
+		return File{Path: rel, Size: size, Error: "read failed"}
+	}
+	return File{Path: rel, Size: int64(len(data)), Data: data}
+}
+
+// readExactly reads the size bytes of a file of that size into one
+// allocation (io.ReadAll would grow its buffer by copies, garbage that
+// the daemon's memory would carry until collected); a file that shrank
+// gives what it has.
+func readExactly(f *os.File, size int64) ([]byte, error) {
+	data := make([]byte, size)
+	n, err := io.ReadFull(f, data)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return data[:n], err
+}
+
+// CollectWith is Collect with t deciding what becomes of each matched
+// regular file.
+func (d *Dir) CollectWith(patterns []string, t Taker) ([]File, error) {
 	if len(patterns) == 0 {
 		return nil, nil
 	}
@@ -290,7 +334,7 @@ func (d *Dir) Collect(patterns []string) ([]File, error) {
 		split[i] = strings.Split(p, "/")
 	}
 	matched := make([]bool, len(patterns))
-	c := collector{rootFd: d.fd, deadline: time.Now().Add(collectTimeout)}
+	c := collector{rootFd: d.fd, deadline: time.Now().Add(collectTimeout), t: t}
 	var visit func(dirRel string, depth int) error
 	visit = func(dirRel string, depth int) error {
 		dfd, err := openBeneath(d.fd, orDot(dirRel), unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -370,6 +414,7 @@ type collector struct {
 	total      int64
 	visited    int
 	incomplete bool
+	t          Taker
 }
 
 func (c *collector) skip(rel string, size int64, why string) {
@@ -398,24 +443,23 @@ func (c *collector) take(rel string, typ os.FileMode) {
 		return
 	}
 	switch {
-	case st.Size > MaxReturnFileBytes:
-		c.skip(rel, st.Size, fmt.Sprintf("larger than %d bytes", MaxReturnFileBytes))
+	case st.Size > c.t.MaxFileBytes:
+		c.skip(rel, st.Size, fmt.Sprintf("larger than %d bytes", c.t.MaxFileBytes))
 		return
 	case st.Blocks*512 < st.Size:
 		c.skip(rel, st.Size, "sparse file")
 		return
-	case c.total+st.Size > MaxReturnTotalBytes:
-		c.skip(rel, st.Size, fmt.Sprintf("returned files would exceed %d bytes in total", MaxReturnTotalBytes))
+	case c.total+st.Size > c.t.MaxTotalBytes:
+		c.skip(rel, st.Size, fmt.Sprintf("returned files would exceed %d bytes in total", c.t.MaxTotalBytes))
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(f, st.Size))
-	if err != nil {
-		c.skip(rel, st.Size, "read failed")
-		return
+	out := c.t.Take(rel, f, st.Size)
+	out.Path = rel
+	if out.Error == "" {
+		c.returned++
+		c.total += out.Size
 	}
-	c.returned++
-	c.total += int64(len(data))
-	c.out = append(c.out, File{Path: rel, Size: int64(len(data)), Data: data})
+	c.out = append(c.out, out)
 }
 
 func fileKind(m os.FileMode) string {
@@ -467,6 +511,7 @@ func ReadFigures(dir string) []Figure {
 	}
 	sort.Slice(figs, func(i, j int) bool { return figs[i].n < figs[j].n })
 	var out []Figure
+	var total int64
 	for _, fg := range figs {
 		if len(out) == MaxFigures {
 			break
@@ -477,10 +522,11 @@ func ReadFigures(dir string) []Figure {
 		}
 		f := os.NewFile(uintptr(fd), fg.name)
 		var st unix.Stat_t
-		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= MaxFigureBytes {
-			data, err := io.ReadAll(io.LimitReader(f, MaxFigureBytes))
+		if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= MaxFigureBytes && total+st.Size <= MaxFiguresTotalBytes {
+			data, err := readExactly(f, st.Size)
 			if err == nil && len(data) > len(pngMagic) && string(data[:len(pngMagic)]) == string(pngMagic) {
 				out = append(out, Figure{Name: fg.name, Data: data})
+				total += int64(len(data))
 			}
 		}
 		f.Close()

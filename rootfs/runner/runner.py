@@ -496,6 +496,17 @@ def run(job, records, saver, begin=None):
     elif not sys.path or sys.path[0] != cwd:
         sys.path.insert(0, cwd)
 
+    # Output goes out line by line, as on a terminal (a pipe's stdout would
+    # be block-buffered): a streamed run's lines arrive as printed, and a
+    # run killed at its timeout keeps what it printed. stderr is
+    # line-buffered already.
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        try:
+            reconfigure(line_buffering=True)
+        except Exception:  # a stream user code put there
+            pass
+
     try:
         if begin is not None:
             begin()  # inside the try: a SIGINT from here on is the job's

@@ -161,6 +161,12 @@ class TestSuccess(RunnerTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, "42\n")
 
+    def test_stdout_is_line_buffered(self):
+        code = "import sys\nprint(sys.stdout.line_buffering)\n"
+        self.assertEqual(self.run_job(code).stdout, "True\n")
+        r = self.run_job("import sys\nsys.stdout = None\nprint(1)\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_stdin_is_passed_through(self):
         r = self.run_job("import sys\nprint(sys.stdin.read().upper())\n", stdin=b"abc")
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -111,6 +111,11 @@ func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if cfg.Files.Dir == config.Default().Files.Dir {
+		// The file store of a test lives and dies with it, on whatever
+		// disk the test has.
+		cfg.Files.Dir, cfg.Files.MinFreeMB = filepath.Join(dir, "files"), 0
+	}
 	h := &Harness{Engine: &Engine{}, Socket: filepath.Join(dir, "api.sock")}
 	log := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
 	if h.Server, err = server.New(cfg, h.Engine, log); err != nil {

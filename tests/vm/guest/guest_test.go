@@ -277,6 +277,16 @@ func TestGuest(t *testing.T) {
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(cg)), "/jaild.service/supervisor") {
 			t.Fatalf("daemon's cgroup %q (%v), want .../jaild.service/supervisor", cg, err)
 		}
+		// Its soft memory limit, and memory.high a quarter above it on its
+		// leaf: under pressure the kernel throttles the daemon, never
+		// kills it for that.
+		mem, _ := m["memory"].(map[string]any)
+		limit, _ := mem["limit_bytes"].(float64)
+		leaf := strings.TrimPrefix(strings.TrimSpace(string(cg)), "0::")
+		high, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", leaf, "memory.high"))
+		if want := int64(limit) + int64(limit)/4; limit <= 0 || err != nil || strings.TrimSpace(string(high)) != strconv.FormatInt(want, 10) {
+			t.Fatalf("memory.high of %s is %q (%v), want %d (info.memory %v)", leaf, high, err, want, mem)
+		}
 	}) {
 		t.Fatal("the daemon is not up; nothing else can be tested")
 	}
