@@ -164,7 +164,8 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 	sessions := newSoakSessions()
-	mix := append(soakMix(), soakKind{name: "session", run: sessions.life})
+	mix := append(soakMix(), soakKind{name: "session", run: sessions.life},
+		soakKind{name: "stream", run: soakStream}, soakKind{name: "store", run: soakStore})
 	client := burstClient(d)
 	h := &hostile{d: d}
 	if h.cg, err = cgroupsOf(d); err != nil {
@@ -360,6 +361,95 @@ func (ss *soakSessions) life(client *http.Client) (retErr error) {
 				i+1, r.Status, r.ExecutionCount, deref2(r.Result), r.Session, r.Stdout, r.Stderr)
 		}
 		ss.answered.Add(1)
+	}
+	return nil
+}
+
+// soakStream is a streamed run: its events, joined, must be the output,
+// and done the last.
+func soakStream(client *http.Client) error {
+	body := `{"code":"import sys\nfor i in range(3):\n    print(i)\n    print('e', i, file=sys.stderr)\nsys.stdout.buffer.write(b'\\xe2\\x9c')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\x93\\n')"}`
+	req, _ := http.NewRequest("POST", "http://jaild/v1/execute", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", api.MediaNDJSON)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %.300s (%v)", resp.StatusCode, raw, err)
+	}
+	var stdout, stderr strings.Builder
+	var done *api.ExecuteResponse
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	for i, line := range lines {
+		var e api.Event
+		if err := strictJSON([]byte(line), &e); err != nil || e.ID != int64(i+1) || done != nil {
+			return fmt.Errorf("event %d %.200q: %v", i+1, line, err)
+		}
+		switch e.Event {
+		case api.EventStdout, api.EventStderr:
+			var t api.EventText
+			if err := strictJSON(e.Data, &t); err != nil {
+				return err
+			}
+			if e.Event == api.EventStdout {
+				stdout.WriteString(t.Text)
+			} else {
+				stderr.WriteString(t.Text)
+			}
+		case api.EventDone:
+			done = &api.ExecuteResponse{}
+			if err := strictJSON(e.Data, done); err != nil {
+				return err
+			}
+		}
+	}
+	if done == nil || done.Status != "ok" || stdout.String() != "0\n1\n2\n✓\n" || stderr.String() != "e 0\ne 1\ne 2\n" {
+		return fmt.Errorf("stdout %q stderr %q done %+v", stdout.String(), stderr.String(), done)
+	}
+	return nil
+}
+
+// soakStore uploads a file, runs code on it that returns its output to
+// the store, reads that back and deletes both.
+func soakStore(client *http.Client) error {
+	do := func(method, path, ctype string, body io.Reader) (int, []byte, error) {
+		req, _ := http.NewRequest(method, "http://jaild"+path, body)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, raw, err
+	}
+	data := strings.Repeat("soak store\n", 6000)
+	status, raw, err := do("POST", "/v1/files?name=in.txt", "", strings.NewReader(data))
+	var in api.StoredFile
+	if err != nil || status != http.StatusCreated || strictJSON(raw, &in) != nil {
+		return fmt.Errorf("upload: HTTP %d %.300s (%v)", status, raw, err)
+	}
+	defer do("DELETE", "/v1/files/"+in.FileID, "", nil) //nolint:errcheck // best effort; a leak shows in the check below
+	b, _ := json.Marshal(map[string]any{"code": "open('out.txt', 'w').write(open('in.txt').read().upper())",
+		"files": []map[string]string{{"path": "in.txt", "file_id": in.FileID}}, "return_files": []string{"out.txt"}, "return_files_as": "store"})
+	status, raw, err = do("POST", "/v1/execute", "application/json", strings.NewReader(string(b)))
+	var r api.ExecuteResponse
+	if err != nil || status != http.StatusOK || strictJSON(raw, &r) != nil || r.Status != "ok" || len(r.Files) != 1 || r.Files[0].FileID == "" {
+		return fmt.Errorf("execute: HTTP %d %.300s (%v)", status, raw, err)
+	}
+	out := r.Files[0].FileID
+	status, raw, err = do("GET", "/v1/files/"+out, "", nil)
+	if err != nil || status != http.StatusOK || string(raw) != strings.ToUpper(data) {
+		return fmt.Errorf("get the output: HTTP %d, %d bytes (%v)", status, len(raw), err)
+	}
+	if status, raw, err = do("DELETE", "/v1/files/"+out, "", nil); err != nil || status != http.StatusOK {
+		return fmt.Errorf("delete the output: HTTP %d %.300s (%v)", status, raw, err)
 	}
 	return nil
 }

@@ -36,7 +36,12 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	who := callerOf(r)
 	var req api.LintRequest
-	err := s.decode(w, r, &req)
+	mem := &lease{b: s.budget}
+	defer mem.release()
+	err := s.reserveBody(r, mem)
+	if err == nil {
+		err = s.decode(w, r, &req)
+	}
 	if err == nil {
 		err = checkCode(req.Code)
 	}
@@ -88,7 +93,12 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	who := callerOf(r)
 	var req api.FormatRequest
-	err := s.decode(w, r, &req)
+	mem := &lease{b: s.budget}
+	defer mem.release()
+	err := s.reserveBody(r, mem)
+	if err == nil {
+		err = s.decode(w, r, &req)
+	}
 	if err == nil {
 		err = checkCode(req.Code)
 	}

@@ -454,6 +454,92 @@ print('forked')`, marker)})
 		})
 	})
 
+	t.Run("the file store under systemd: upload, a run's input, an output returned to it, a streamed run", func(t *testing.T) {
+		data := bytes.Repeat([]byte("jaild store\n"), 100000)
+		req, _ := http.NewRequest("POST", "http://jaild/v1/files?name=in.txt", bytes.NewReader(data))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var up struct {
+			ID     string `json:"file_id"`
+			Size   int64  `json:"size_bytes"`
+			SHA256 string `json:"sha256"`
+		}
+		if resp.StatusCode != 201 || json.Unmarshal(b, &up) != nil || up.Size != int64(len(data)) {
+			t.Fatalf("upload: %d %s", resp.StatusCode, b)
+		}
+		// It lives in the unit's StateDirectory, not readable by others.
+		st, err := os.Stat("/var/lib/jaild/files")
+		if err != nil || st.Mode().Perm()&0o077 != 0 {
+			t.Fatalf("store directory: %v %v", st, err)
+		}
+		code, b, err := call("POST", "/v1/execute", map[string]any{
+			"code":  "import hashlib\nd = open('in.txt', 'rb').read()\nprint(len(d), hashlib.sha256(d).hexdigest())\nopen('out.txt', 'w').write(d.decode().upper())",
+			"files": []map[string]any{{"path": "in.txt", "file_id": up.ID}}, "return_files": []string{"out.txt"}, "return_files_as": "store",
+		})
+		var r struct {
+			Status string `json:"status"`
+			Stdout string `json:"stdout"`
+			Files  []struct {
+				FileID string `json:"file_id"`
+				Error  string `json:"error"`
+			} `json:"files"`
+		}
+		if err != nil || code != 200 || json.Unmarshal(b, &r) != nil || r.Status != "ok" {
+			t.Fatalf("execute: %d %s %v", code, b, err)
+		}
+		if r.Stdout != fmt.Sprintf("%d %s\n", len(data), up.SHA256) {
+			t.Errorf("the run read %q, want the stored file (sha256 %s)", r.Stdout, up.SHA256)
+		}
+		var out struct {
+			FileID string `json:"file_id"`
+		}
+		if len(r.Files) != 1 || r.Files[0].FileID == "" {
+			t.Fatalf("returned files %+v", r.Files)
+		}
+		out.FileID = r.Files[0].FileID
+		code, b, err = call("GET", "/v1/files/"+out.FileID, nil)
+		if err != nil || code != 200 || !bytes.Equal(b, bytes.ToUpper(data)) {
+			t.Fatalf("returned to the store %s: %d, %d bytes (%v)", b[:min(len(b), 200)], code, len(b), err)
+		}
+		for _, id := range []string{up.ID, out.FileID} {
+			if code, b, err := call("DELETE", "/v1/files/"+id, nil); err != nil || code != 200 {
+				t.Errorf("delete %s: %d %s %v", id, code, b, err)
+			}
+		}
+		// Streamed: the first line comes before the run ends.
+		body, _ := json.Marshal(map[string]any{"code": "import time\nprint('first')\ntime.sleep(2)\nprint('second')"})
+		req, _ = http.NewRequest("POST", "http://jaild/v1/execute", bytes.NewReader(body))
+		req.Header.Set("Accept", "application/x-ndjson")
+		resp, err = client.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("streamed execute: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var firstAt, doneAt time.Time
+		for sc.Scan() {
+			var e struct {
+				Event string `json:"event"`
+			}
+			if json.Unmarshal(sc.Bytes(), &e) != nil {
+				t.Fatalf("event %q", sc.Text())
+			}
+			if e.Event == "stdout" && firstAt.IsZero() {
+				firstAt = time.Now()
+			}
+			if e.Event == "done" {
+				doneAt = time.Now()
+			}
+		}
+		if firstAt.IsZero() || doneAt.Sub(firstAt) < time.Second {
+			t.Errorf("first output at %v, done at %v: not streamed", firstAt, doneAt)
+		}
+	})
+
 	t.Run("nothing written outside the delegated subtree", func(t *testing.T) {
 		for d, want := range above {
 			b, _ := os.ReadFile(d + "/cgroup.subtree_control")
