@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -97,13 +98,15 @@ func serve() error {
 	if err != nil {
 		return errors.Join(err, closeNetwork(netm))
 	}
-	if high := cfg.MemoryLimit(); high > 0 {
-		// Above the runtime's soft limit by a margin: the runtime collects
-		// first, and the kernel throttles only what that cannot free.
+	if high := debug.SetMemoryLimit(-1); high > 0 && high < math.MaxInt64 {
+		// Above the runtime's soft limit (the config's, or GOMEMLIMIT's)
+		// by a margin: the runtime collects first, and the kernel
+		// throttles only what that cannot free. The jails' tmpfs is added
+		// as jails come and go (see LimitDaemonMemory).
 		if cg, err := jails.LimitDaemonMemory(high + high/4); err != nil {
 			log.Warn("could not set memory.high of the daemon's cgroup", "err", err)
 		} else if cg != "" {
-			log.Info("daemon cgroup memory.high set", "cgroup", cg, "bytes", high+high/4)
+			log.Info("daemon cgroup memory.high set, plus the tmpfs of live jails", "cgroup", cg, "bytes", high+high/4)
 		}
 	}
 	engine, err := run.New(jails, run.Config{Logger: log, Pool: run.PoolConfig{

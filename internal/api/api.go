@@ -189,6 +189,12 @@ type MemoryInfo struct {
 	// room (within the queue wait). InUseBytes is reserved now.
 	BudgetBytes int64 `json:"budget_bytes"`
 	InUseBytes  int64 `json:"in_use_bytes"`
+	// CgroupHighBytes is memory.high of the daemon's own cgroup (cgroup
+	// v2): a quarter above LimitBytes plus TmpfsBytes, the tmpfs size of
+	// every live jail (the files the daemon writes into workspaces are
+	// charged to it). 0: not set (cgroup v1, or no limit).
+	CgroupHighBytes int64 `json:"cgroup_high_bytes"`
+	TmpfsBytes      int64 `json:"tmpfs_bytes"`
 }
 
 // SessionInfo describes sessions on this daemon: the policy, and how many

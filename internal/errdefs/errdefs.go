@@ -109,7 +109,8 @@ func FieldOfClass(class error, field, format string, args ...any) error {
 
 // InField returns err with its field prefixed by parent ("files[2]" and
 // "path" give "files[2].path"); an error that is not a FieldError becomes
-// one for parent.
+// one for parent, of err's class (an unknown file_id stays not found),
+// or of ErrInvalidArgument when it has none.
 func InField(parent string, err error) error {
 	var fe *FieldError
 	if errors.As(err, &fe) {
@@ -119,7 +120,14 @@ func InField(parent string, err error) error {
 		}
 		return &FieldError{Field: f, Reason: fe.Reason, Class: fe.Class}
 	}
-	return &FieldError{Field: parent, Reason: err.Error()}
+	var class error
+	for _, c := range classes {
+		if errors.Is(err, c.class) {
+			class = c.class
+			break
+		}
+	}
+	return &FieldError{Field: parent, Reason: err.Error(), Class: class}
 }
 
 // Classify returns the HTTP status and wire name of err's class. An error

@@ -22,6 +22,8 @@ func TestClassify(t *testing.T) {
 		{InField("env", New(ErrInvalidArgument, "FOO is not allowed")), 400, "invalid_argument", "env: FOO is not allowed"},
 		{FieldOfClass(ErrTooLarge, "body", "over max_file_bytes"), 413, "too_large", "body: over max_file_bytes"},
 		{InField("files[0]", FieldOfClass(ErrTooLarge, "content", "big")), 413, "too_large", "files[0].content: big"},
+		{InField("files[0].file_id", New(ErrNotFound, "no file f-1")), 404, "not_found", "files[0].file_id: no file f-1"},
+		{InField("files[0]", io.EOF), 400, "invalid_argument", "files[0]: EOF"},
 		{New(ErrUnsupportedMediaType, "x"), http.StatusUnsupportedMediaType, "unsupported_media_type", "x"},
 		{New(ErrConflict, "x"), http.StatusConflict, "conflict", "x"},
 		{io.EOF, 500, "internal", "EOF"},

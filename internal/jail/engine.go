@@ -96,6 +96,16 @@ type Engine struct {
 	closed  bool
 	live    sync.WaitGroup // jails created and not destroyed yet
 	dynmods string         // the cgroup hierarchy whose favordynmods this engine set
+
+	// The daemon's memory.high (LimitDaemonMemory): its own allowance
+	// plus the tmpfs size of every live jail. Files the daemon writes into
+	// a jail's workspace are charged to the daemon's cgroup (the writer's),
+	// and tmpfs pages cannot be reclaimed without swap: a fixed high would
+	// throttle the daemon for what sessions keep in their workspaces.
+	highMu   sync.Mutex
+	highDir  string // the daemon's leaf cgroup; "" when none is limited
+	highBase int64
+	tmpfs    int64 // the tmpfs sizes of live jails
 }
 
 // New validates cfg, sweeps whatever a crashed predecessor with the same
@@ -235,7 +245,9 @@ func (e *Engine) cgroupPath(id string) string {
 }
 
 // LimitDaemonMemory sets memory.high of the daemon's own leaf cgroup
-// ("supervisor", cgroup v2 only) to high bytes: past it the kernel
+// ("supervisor", cgroup v2 only) to high bytes plus the tmpfs size of
+// every live jail (the workspace files the daemon writes there are charged
+// to it), kept up to date as jails come and go: past it the kernel
 // reclaims and throttles the daemon rather than kill it. It returns the
 // cgroup it set, "" where there is none (v1, or the hierarchy's root).
 func (e *Engine) LimitDaemonMemory(high int64) (string, error) {
@@ -251,10 +263,39 @@ func (e *Engine) LimitDaemonMemory(high int64) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join("/sys/fs/cgroup", leaf)
-	if err := cgroups.WriteFile(dir, "memory.high", strconv.FormatInt(high, 10)); err != nil {
+	e.highMu.Lock()
+	defer e.highMu.Unlock()
+	if err := cgroups.WriteFile(dir, "memory.high", strconv.FormatInt(high+e.tmpfs, 10)); err != nil {
 		return "", err
 	}
+	e.highDir, e.highBase = dir, high
 	return leaf, nil
+}
+
+// chargeTmpfs adds delta to the tmpfs size of live jails and moves the
+// daemon's memory.high with it: up before a jail's tmpfs can be written,
+// down once it is unmounted.
+func (e *Engine) chargeTmpfs(delta int64) {
+	e.highMu.Lock()
+	defer e.highMu.Unlock()
+	e.tmpfs += delta
+	if e.highDir == "" {
+		return
+	}
+	if err := cgroups.WriteFile(e.highDir, "memory.high", strconv.FormatInt(e.highBase+e.tmpfs, 10)); err != nil {
+		e.log.Warn("update the daemon's memory.high", "err", err)
+	}
+}
+
+// DaemonMemoryHigh reports the daemon's memory.high as last set (0: not
+// set) and the tmpfs bytes of live jails counted in it.
+func (e *Engine) DaemonMemoryHigh() (high, tmpfs int64) {
+	e.highMu.Lock()
+	defer e.highMu.Unlock()
+	if e.highDir == "" {
+		return 0, e.tmpfs
+	}
+	return e.highBase + e.tmpfs, e.tmpfs
 }
 
 // prepareCgroupV2 makes the process's own cgroup usable as a parent of

@@ -73,6 +73,9 @@ type Jail struct {
 	limits  Limits // what the jail has now (Resize changes them)
 	started bool
 	peak    *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
+	// tmpfsCharged is the tmpfs size counted in the daemon's memory.high
+	// for this jail (Engine.chargeTmpfs).
+	tmpfsCharged int64
 
 	done      chan struct{} // closed when the first process has ended
 	exit      Exit
@@ -506,9 +509,17 @@ func (j *Jail) Resize(l Limits) error {
 		}
 		_ = cgroups.WriteFile(j.cgroups["memory"], "memory.max_usage_in_bytes", "0")
 	}
+	if d := l.WorkspaceBytes - j.tmpfsCharged; d > 0 {
+		j.e.chargeTmpfs(d) // up before it can be filled
+		j.tmpfsCharged += d
+	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d", l.WorkspaceBytes, l.WorkspaceInodes)
 	if err := unix.Mount("", j.runDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return &os.PathError{Op: "remount workspace", Path: j.runDir, Err: err}
+	}
+	if d := j.tmpfsCharged - l.WorkspaceBytes; d > 0 {
+		j.e.chargeTmpfs(-d) // down once it is smaller
+		j.tmpfsCharged -= d
 	}
 	j.limits = l
 	return nil
@@ -610,6 +621,11 @@ func (j *Jail) teardown() bool {
 		j.net.Close()
 	}
 	j.e.removeRunDir(j.runDir)
+	j.mu.Lock()
+	charged := j.tmpfsCharged
+	j.tmpfsCharged = 0
+	j.mu.Unlock()
+	j.e.chargeTmpfs(-charged)
 	return free
 }
 
@@ -631,6 +647,13 @@ func (e *Engine) makeRunDir(j *Jail) (retErr error) {
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return &os.PathError{Op: "mount tmpfs", Path: dir, Err: err}
 	}
+	e.chargeTmpfs(l.WorkspaceBytes)
+	defer func() {
+		if retErr != nil {
+			e.chargeTmpfs(-l.WorkspaceBytes)
+		}
+	}()
+	j.tmpfsCharged = l.WorkspaceBytes
 	for _, d := range []struct {
 		name string
 		mode os.FileMode

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -130,6 +131,12 @@ func collect(j *jail.Jail, patterns []string, h Hooks, log *slog.Logger) ([]work
 // the workspace's size bounds them (the store has its own bounds).
 func storeTaker(sink FileSink, log *slog.Logger) workspace.Taker {
 	return workspace.Taker{MaxFileBytes: math.MaxInt64, MaxTotalBytes: math.MaxInt64, Take: func(rel string, f *os.File, size int64) workspace.File {
+		if !utf8.ValidString(rel) {
+			// The response cannot name it (JSON is UTF-8; the server
+			// reports such a path, never returns it): a stored copy would
+			// be a file the caller was never told of (hostile case T06).
+			return workspace.File{Path: rel, Size: size, Error: "not stored: the path is not valid UTF-8"}
+		}
 		id, sum, err := sink.Put(path.Base(rel), io.LimitReader(f, size), size)
 		if err != nil {
 			why := "not stored: " + err.Error()

@@ -70,6 +70,10 @@ func (s *Service) Manifest() *rootfs.Manifest { return s.e.Manifest() }
 // Seccomp returns the jails' seccomp profile; callers must not modify it.
 func (s *Service) Seccomp() *specs.LinuxSeccomp { return s.e.Seccomp() }
 
+// DaemonMemoryHigh is the daemon's memory.high (0: not set) and the tmpfs
+// bytes of live jails counted in it; see jail.Engine.LimitDaemonMemory.
+func (s *Service) DaemonMemoryHigh() (high, tmpfs int64) { return s.e.DaemonMemoryHigh() }
+
 // CgroupMode names the cgroup hierarchy in use: "v2" or "v1".
 func (s *Service) CgroupMode() string { return s.e.CgroupMode() }
 

@@ -396,6 +396,11 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		ss.mu.Unlock()
 	}()
 
+	// The stream's head goes out while the session is still frozen: a
+	// client slow to take it costs no running time of the call.
+	if c.OnStart != nil {
+		c.OnStart(j.ID(), ss.warm)
+	}
 	j.ResetPeak()
 	base := j.Stats()
 	if err := j.Thaw(); err != nil {
@@ -405,9 +410,6 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		return nil, fmt.Errorf("thaw session: %w", err)
 	}
 	committed = true
-	if c.OnStart != nil {
-		c.OnStart(j.ID(), ss.warm)
-	}
 	ss.mu.Lock()
 	ss.fresh = false // the job that carries the rlimits is on its way
 	ss.mu.Unlock()
@@ -580,12 +582,24 @@ wait:
 		// meanwhile, and between calls it uses no CPU. A session that
 		// cannot be frozen ends (fail closed): its processes would run
 		// between calls.
+		frozen := true
 		if err := freeze(j); err != nil && !ss.isEnded() {
 			ss.s.log.Error("freeze session; ending it", "id", j.ID(), "err", err)
 			ss.end(EndFreezeFailed)
+			frozen = false
 		}
-		res.Figures = workspace.ReadFigures(figs)
-		if len(c.ReturnFiles) > 0 {
+		switch {
+		case !frozen:
+			// Its processes may still run: nothing of its workspace is
+			// read (fail closed).
+			res.Ended, res.EndReason = true, ss.EndReason()
+			for _, p := range c.ReturnFiles {
+				res.Files = append(res.Files, workspace.File{Path: p, Error: "not returned: the session could not be frozen and has ended"})
+			}
+		default:
+			res.Figures = workspace.ReadFigures(figs)
+		}
+		if frozen && len(c.ReturnFiles) > 0 {
 			files, err := collect(j, c.ReturnFiles, c.Hooks, ss.s.log)
 			if err != nil {
 				ss.s.log.Warn("collect files", "id", j.ID(), "err", err)

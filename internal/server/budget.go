@@ -2,27 +2,40 @@ package server
 
 import (
 	"context"
+	"io"
 	"sync"
 	"time"
 
+	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // memBudget bounds the bytes the daemon holds for requests in flight:
 // their bodies while decoded, their runs' captured output, returned files
-// and figures. A request reserves its worst case before it holds any of
-// it, and waits (within the queue wait) while the budget is taken; so the
-// daemon's memory stays bounded whatever the runs do.
+// and figures. A request reserves its body as the bytes arrive and its
+// run's worst case before the run starts, and waits (within the queue
+// wait) while the budget is taken; so the daemon's memory stays bounded
+// whatever the runs do. One non-admin uid holds at most half of it, so
+// that one caller cannot take it all from the others.
 type memBudget struct {
 	max int64
 
 	mu      sync.Mutex
 	used    int64
-	changed chan struct{} // closed and replaced at each release
+	perUID  map[uint32]int64 // what each non-admin uid holds
+	changed chan struct{}    // closed and replaced at each release
 }
 
 func newMemBudget(max int64) *memBudget {
-	return &memBudget{max: max, changed: make(chan struct{})}
+	return &memBudget{max: max, perUID: map[uint32]int64{}, changed: make(chan struct{})}
+}
+
+// share is the most one caller may hold.
+func (b *memBudget) share(who admission.Caller) int64 {
+	if who.Admin {
+		return b.max
+	}
+	return b.max / 2
 }
 
 // inUse reports the bytes reserved now.
@@ -32,18 +45,35 @@ func (b *memBudget) inUse() int64 {
 	return b.used
 }
 
-// acquire reserves n bytes, waiting up to wait for room. It fails at once
-// when n is more than the whole budget (what needs it names why).
-func (b *memBudget) acquire(ctx context.Context, n int64, wait time.Duration, what string) error {
-	if n > b.max {
-		return errdefs.New(errdefs.ErrTooLarge, "%s needs up to %d MiB of the daemon's memory, more than its budget of %d MiB (memory_budget_mb)", what, mib(n), mib(b.max))
+// lease is one request's share of the budget; release returns it all.
+type lease struct {
+	b    *memBudget
+	who  admission.Caller
+	held int64
+}
+
+func (s *Server) newLease(who admission.Caller) *lease { return &lease{b: s.budget, who: who} }
+
+// acquire reserves n more bytes for the request, waiting up to wait for
+// room. It fails at once when the request would need more than the
+// caller's share of the budget (what names what needs it).
+func (l *lease) acquire(ctx context.Context, n int64, wait time.Duration, what string) error {
+	b := l.b
+	if share := b.share(l.who); l.held+n > share {
+		return errdefs.New(errdefs.ErrTooLarge, "%s: the request needs up to %d MiB of the daemon's memory, more than a caller's share of its budget (%d MiB of memory_budget_mb %d MiB); send large inputs through the file store and return large outputs to it (return_files_as \"store\"), or lower limits.output_bytes",
+			what, mib(l.held+n), mib(share), mib(b.max))
 	}
 	var deadline <-chan time.Time
 	for {
 		b.mu.Lock()
-		if b.used+n <= b.max {
+		fits := b.used+n <= b.max && (l.who.Admin || b.perUID[l.who.UID]+n <= b.max/2)
+		if fits {
 			b.used += n
+			if !l.who.Admin {
+				b.perUID[l.who.UID] += n
+			}
 			b.mu.Unlock()
+			l.held += n
 			return nil
 		}
 		ch := b.changed
@@ -63,34 +93,46 @@ func (b *memBudget) acquire(ctx context.Context, n int64, wait time.Duration, wh
 	}
 }
 
-func (b *memBudget) release(n int64) {
-	if n == 0 {
+// release returns everything the request holds.
+func (l *lease) release() {
+	if l.held == 0 {
 		return
 	}
+	b := l.b
 	b.mu.Lock()
-	b.used -= n
+	b.used -= l.held
+	if !l.who.Admin {
+		if b.perUID[l.who.UID] -= l.held; b.perUID[l.who.UID] <= 0 {
+			delete(b.perUID, l.who.UID)
+		}
+	}
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
-}
-
-// lease is one request's share of the budget; release returns it all.
-type lease struct {
-	b    *memBudget
-	held int64
-}
-
-func (l *lease) acquire(ctx context.Context, n int64, wait time.Duration, what string) error {
-	if err := l.b.acquire(ctx, n, wait, what); err != nil {
-		return err
-	}
-	l.held += n
-	return nil
-}
-
-func (l *lease) release() {
-	l.b.release(l.held)
 	l.held = 0
+}
+
+// bodyFactor is what decoding a JSON body holds per byte of it: the bytes
+// read, the strings decoded from them, and the files decoded from those.
+const bodyFactor = 3
+
+// budgetedBody reserves bodyFactor times each chunk of a body as it is
+// read: a client that sends its headers and then stalls holds nothing.
+type budgetedBody struct {
+	r    io.Reader
+	l    *lease
+	ctx  context.Context
+	wait time.Duration
+}
+
+func (b *budgetedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		if rerr := b.l.acquire(b.ctx, bodyFactor*int64(n), b.wait, "the request's body"); rerr != nil {
+			return 0, rerr
+		}
+	}
+	return n, err
 }
 
 func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }

@@ -7,22 +7,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/errdefs"
 )
 
 func TestMemBudget(t *testing.T) {
 	b := newMemBudget(100)
 	ctx := context.Background()
-	a, c := &lease{b: b}, &lease{b: b}
+	admin := admission.Caller{UID: 0, Admin: true}
+	a, c := &lease{b: b, who: admin}, &lease{b: b, who: admin}
 	if err := a.acquire(ctx, 60, time.Second, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.acquire(ctx, 30, time.Second, "a"); err != nil || b.inUse() != 90 {
 		t.Fatalf("%v, in use %d", err, b.inUse())
 	}
-	// More than the whole budget: refused at once, naming the bound.
-	err := c.acquire(ctx, 101, time.Hour, "the run")
-	if !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "memory_budget_mb") {
+	// More than the whole budget (what the request holds counts): refused
+	// at once, naming the bound.
+	if err := a.acquire(ctx, 11, time.Hour, "the run"); !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "memory_budget_mb") {
 		t.Fatalf("too big: %v", err)
 	}
 	// No room within the wait: busy.
@@ -47,5 +49,30 @@ func TestMemBudget(t *testing.T) {
 	c.release()
 	if b.inUse() != 0 || a.held != 0 || c.held != 0 {
 		t.Fatalf("left %d", b.inUse())
+	}
+}
+
+// One non-admin uid holds at most half the budget, whatever its number of
+// requests; another uid still gets its share.
+func TestMemBudgetShare(t *testing.T) {
+	b := newMemBudget(100)
+	ctx := context.Background()
+	u1, u1b, u2 := &lease{b: b, who: admission.Caller{UID: 1000}}, &lease{b: b, who: admission.Caller{UID: 1000}}, &lease{b: b, who: admission.Caller{UID: 1001}}
+	if err := u1.acquire(ctx, 51, time.Second, "x"); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("over a share: %v", err)
+	}
+	if err := u1.acquire(ctx, 40, time.Second, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := u1b.acquire(ctx, 20, 30*time.Millisecond, "x"); !errors.Is(err, errdefs.ErrBusy) {
+		t.Fatalf("the same uid past its share: %v", err)
+	}
+	if err := u2.acquire(ctx, 50, time.Second, "x"); err != nil {
+		t.Fatalf("another uid: %v", err)
+	}
+	u1.release()
+	u2.release()
+	if b.inUse() != 0 || len(b.perUID) != 0 {
+		t.Fatalf("left %d %v", b.inUse(), b.perUID)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -36,11 +38,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "execute", err)
 		return err
 	}
-	mem := &lease{b: s.budget}
+	mem := s.newLease(who)
 	defer mem.release()
-	if err := s.reserveBody(r, mem); err != nil {
-		return fail(err)
-	}
+	s.budgetBody(r, mem)
 	var req api.ExecuteRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
@@ -89,7 +89,10 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 			s.setQuotaHeader(w, who)
 			return err
 		}
-		return live.end([]finalEvent{s.errorEvent(r, err)})
+		// The stream's head is out: the error is its last event, and a
+		// failed write of it only means the client is gone.
+		_ = live.end([]finalEvent{s.errorEvent(r, err)})
+		return nil
 	}
 	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
 	if !began { // an engine that ran without saying so: the stream starts now
@@ -130,14 +133,13 @@ func (s *Server) errorEvent(r *http.Request, err error) finalEvent {
 	return finalEvent{api.EventError, body, nil}
 }
 
-// reserveBody reserves the memory decoding r's JSON body may take: the
-// body, its strings, and their decoded bytes.
-func (s *Server) reserveBody(r *http.Request, mem *lease) error {
-	n := r.ContentLength
-	if n < 0 || n > s.cfg.MaxBodyBytes {
-		n = s.cfg.MaxBodyBytes
-	}
-	return mem.acquire(r.Context(), 3*n, s.cfg.Admission.QueueWait.Duration, "the request's body")
+// budgetBody makes reading r's body reserve, in mem, the memory decoding
+// it may take (bodyFactor times each chunk, as it arrives).
+func (s *Server) budgetBody(r *http.Request, mem *lease) {
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{&budgetedBody{r: r.Body, l: mem, ctx: r.Context(), wait: s.cfg.Admission.QueueWait.Duration}, r.Body}
 }
 
 // reserveRun reserves a run's worst case: both output captures, its
@@ -150,14 +152,21 @@ func (s *Server) reserveRun(ctx context.Context, mem *lease, outputBytes int64, 
 	return mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)")
 }
 
-// closeFiles closes the store files a request opened.
+// closeFiles closes the store files a request opened (each once; several
+// entries may share one).
 func closeFiles(files []run.File) {
+	done := map[*os.File]bool{}
 	for _, f := range files {
-		if f.Src != nil {
+		if f.Src != nil && !done[f.Src] {
+			done[f.Src] = true
 			f.Src.Close()
 		}
 	}
 }
+
+// maxFileIDs bounds the stored files one request opens: each holds a
+// descriptor until the run ends.
+const maxFileIDs = 100
 
 // run admits the request and runs it in a jail. The run is killed when the
 // client goes away (r.Context is cancelled) or when the daemon aborts.
@@ -213,13 +222,14 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	if jr.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
 		return nil, err
 	}
-	if jr.Files, err = s.decodeFiles(req.Files, limits.WorkspaceBytes, who); err != nil {
-		return nil, err
-	}
 	if err := run.ValidateEnv(req.Env); err != nil {
 		return nil, err // a field error of env already
 	}
 	if jr.Network, err = s.network(req, who); err != nil {
+		return nil, err
+	}
+	// Last: stored files are opened here, and nothing after may fail.
+	if jr.Files, err = s.decodeFiles(req.Files, limits.WorkspaceBytes, who); err != nil {
 		return nil, err
 	}
 	return jr, nil
@@ -247,6 +257,7 @@ func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admis
 		}
 	}()
 	seen := map[string]bool{}
+	opened := map[string]run.File{}
 	var total int64
 	for i, f := range files {
 		if err := workspace.ValidatePath(f.Path); err != nil {
@@ -261,8 +272,23 @@ func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admis
 		case f.FileID != "" && f.ContentB64 != "":
 			return nil, errdefs.Field(fmt.Sprintf("files[%d]", i), "has both content_b64 and file_id; give one")
 		case f.FileID != "":
-			if rf, err = s.storedFile(f.FileID, who); err != nil {
-				return out, errdefs.InField(fmt.Sprintf("files[%d].file_id", i), err)
+			field := fmt.Sprintf("files[%d].file_id", i)
+			if s.files == nil {
+				return out, errdefs.Field(field, "needs the file store, which is disabled on this daemon (files.enabled in its configuration)")
+			}
+			if prev, ok := opened[f.FileID]; ok {
+				rf = prev // one descriptor per stored file: written one at a time
+			} else {
+				if len(opened) == maxFileIDs {
+					return out, errdefs.Field("files", "names more than %d different file_id", maxFileIDs)
+				}
+				if rf, err = s.storedFile(f.FileID, who); err != nil {
+					if _, class := errdefs.Classify(err); class == errdefs.ErrInternal.Error() {
+						return out, err // the daemon's, not the caller's
+					}
+					return out, errdefs.InField(field, err)
+				}
+				opened[f.FileID] = rf
 			}
 			out = append(out, rf) // closed on error from here on
 		default:

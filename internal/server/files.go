@@ -27,6 +27,14 @@ import (
 const (
 	maxFormParts = 64
 	maxFormBytes = 1 << 20
+	// maxPartHead bounds a part's boundary line and header (a file
+	// part's is a few hundred bytes). The multipart reader holds a header
+	// whole, up to its own bound of 10 MiB: one caller's 64 connections
+	// stalled inside such headers held 640 MiB of the daemon's memory.
+	maxPartHead = 16 << 10
+	// partReadAhead is what the multipart reader may read past what it
+	// consumed (its buffer is 4 KiB).
+	partReadAhead = 8 << 10
 )
 
 func (s *Server) filesEnabled() error {
@@ -59,6 +67,10 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	body := progressReader{r: r.Body, p: newProgress(w, s.cfg.ReadTimeout.Duration)}
 	m, err := storeUpload(s.files, who.UID, r.Header.Get("Content-Type"), q.name, &body)
 	if err != nil {
+		// After a pause of read_timeout the write deadline has lapsed
+		// too: move it once more, so that the error still goes out.
+		body.p.last = time.Time{}
+		body.p.tick()
 		return fail(err)
 	}
 	s.log.Info("audit", "op", "file_upload", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
@@ -115,9 +127,11 @@ func storeUpload(st *filestore.Store, owner uint32, ctype, name string, body io.
 	case params["boundary"] == "":
 		return filestore.Meta{}, errdefs.Field("body", "multipart/form-data without a boundary")
 	}
-	mr := multipart.NewReader(body, params["boundary"])
+	lim := &partLimit{r: body}
+	mr := multipart.NewReader(lim, params["boundary"])
 	var skipped int64
 	for i := 0; ; i++ {
+		lim.left = maxPartHead + partReadAhead
 		p, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			return filestore.Meta{}, errdefs.Field("body", "the multipart body has no file part (a part with a filename, as curl -F 'file=@data.csv' sends)")
@@ -127,6 +141,7 @@ func storeUpload(st *filestore.Store, owner uint32, ctype, name string, body io.
 		}
 		if p.FileName() == "" {
 			// A form field before the file: read past it, within bounds.
+			lim.left = maxFormBytes - skipped + 1 + partReadAhead
 			n, err := io.Copy(io.Discard, io.LimitReader(p, maxFormBytes-skipped+1))
 			if skipped += n; skipped > maxFormBytes || i+1 >= maxFormParts {
 				return filestore.Meta{}, errdefs.Field("body", "the multipart body has no file part within its first %d parts or %d bytes", maxFormParts, maxFormBytes)
@@ -142,8 +157,33 @@ func storeUpload(st *filestore.Store, owner uint32, ctype, name string, body io.
 		if err := filestore.ValidName(name); err != nil {
 			return filestore.Meta{}, err
 		}
+		lim.left = -1 // the file's content: bounded by the store
 		return st.Put(owner, name, bodyReader{p})
 	}
+}
+
+// partLimit bounds what the multipart reader reads of a body before the
+// file's content: left more bytes; no bound when left is negative.
+type partLimit struct {
+	r    io.Reader
+	left int64
+}
+
+var errPartLimit = errdefs.Field("body", "a multipart part's header is longer than %d bytes, or its form fields longer than %d bytes", maxPartHead, maxFormBytes)
+
+func (l *partLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errPartLimit
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // bodyReader classifies the errors of an upload's body: a body cut short
@@ -163,6 +203,8 @@ func (b bodyReader) Read(p []byte) (int, error) {
 func bodyError(err error) error {
 	var ne *net.OpError
 	switch {
+	case errors.Is(err, errPartLimit):
+		return errPartLimit
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return errdefs.Field("body", "the upload paused for longer than read_timeout")
 	case errors.As(err, &ne):

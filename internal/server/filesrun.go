@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"io"
 
 	"github.com/jaild/jaild/internal/admission"
@@ -45,6 +46,13 @@ type storeSink struct {
 
 func (k storeSink) Put(name string, r io.Reader, size int64) (string, string, error) {
 	m, err := k.st.Put(k.uid, name, r)
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) {
+		// The store names upload fields ("name", "body") the run never
+		// sent: the reason alone, of the same class.
+		_, class := errdefs.Classify(err)
+		return "", "", errdefs.New(errdefs.FromName(class), "%s", fe.Reason)
+	}
 	if err != nil {
 		return "", "", err
 	}
@@ -59,8 +67,9 @@ func (k storeSink) Put(name string, r io.Reader, size int64) (string, string, er
 
 // storedFile opens the caller's stored file id for a run (closeFiles
 // closes it). Another uid's file is not found, as over the file API.
+// Errors name no field: the caller puts them in files[i].file_id.
 func (s *Server) storedFile(id string, who admission.Caller) (run.File, error) {
-	if err := s.storeEnabled("file_id"); err != nil {
+	if err := s.storeEnabled(""); err != nil {
 		return run.File{}, err
 	}
 	f, m, err := s.files.Open(who.UID, who.Admin, id)

@@ -64,6 +64,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	}
 	info.Files = s.filesInfo(who.UID)
 	info.Memory = api.MemoryInfo{BudgetBytes: s.budget.max, InUseBytes: s.budget.inUse()}
+	info.Memory.CgroupHighBytes, info.Memory.TmpfsBytes = s.engine.DaemonMemoryHigh()
 	if l := debug.SetMemoryLimit(-1); l < math.MaxInt64 {
 		info.Memory.LimitBytes = l
 	}

@@ -36,12 +36,10 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	who := callerOf(r)
 	var req api.LintRequest
-	mem := &lease{b: s.budget}
+	mem := s.newLease(who)
 	defer mem.release()
-	err := s.reserveBody(r, mem)
-	if err == nil {
-		err = s.decode(w, r, &req)
-	}
+	s.budgetBody(r, mem)
+	err := s.decode(w, r, &req)
 	if err == nil {
 		err = checkCode(req.Code)
 	}
@@ -93,12 +91,10 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	who := callerOf(r)
 	var req api.FormatRequest
-	mem := &lease{b: s.budget}
+	mem := s.newLease(who)
 	defer mem.release()
-	err := s.reserveBody(r, mem)
-	if err == nil {
-		err = s.decode(w, r, &req)
-	}
+	s.budgetBody(r, mem)
+	err := s.decode(w, r, &req)
 	if err == nil {
 		err = checkCode(req.Code)
 	}

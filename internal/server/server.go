@@ -44,6 +44,9 @@ type Engine interface {
 	Seccomp() *specs.LinuxSeccomp
 	PoolStats() run.PoolStats
 	CgroupMode() string
+	// DaemonMemoryHigh is the daemon's memory.high (0: not set) and the
+	// tmpfs bytes of live jails counted in it.
+	DaemonMemoryHigh() (high, tmpfs int64)
 	// NewSession makes a session: a jail whose interpreter lives across
 	// calls (see run.Session).
 	NewSession(spec run.SessionSpec) (Session, error)
@@ -345,12 +348,19 @@ func (s *Server) errorBody(r *http.Request, err error) (int, api.ErrorBody) {
 
 // writeBulk is writeJSON for a value with bulk placeholders (see
 // bulkSet): their content is streamed into the body.
+//
+// A client that stops reading for writeStall is dropped, and with it what
+// the request holds of the memory budget.
 func writeBulk(w http.ResponseWriter, status int, v any, bulk *bulkSet) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if err := writeBulkJSON(w, v, bulk); err == nil {
-		_, _ = io.WriteString(w, "\n")
+	rc := http.NewResponseController(w)
+	sw := stallWriter{w, rc}
+	if err := writeBulkJSON(sw, v, bulk); err == nil {
+		_, _ = io.WriteString(sw, "\n")
 	}
+	_ = rc.Flush()
+	_ = rc.SetWriteDeadline(time.Time{})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -381,7 +391,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		if _, class := errdefs.Classify(err); errors.As(err, &tooBig) || (err != nil && class != errdefs.ErrInternal.Error()) {
 			return decodeError(err, s.cfg.MaxBodyBytes)
 		}
 		return errdefs.New(errdefs.ErrInvalidArgument, "body: trailing data after the JSON object")
@@ -398,6 +408,9 @@ func trimHeader(v string) string {
 }
 
 func decodeError(err error, limit int64) error {
+	if _, class := errdefs.Classify(err); class != errdefs.ErrInternal.Error() {
+		return err // the memory budget's, while the body was read
+	}
 	var tooBig *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError

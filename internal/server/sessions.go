@@ -74,11 +74,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.sessionsEnabled(); err != nil {
 		return fail(err)
 	}
-	mem := &lease{b: s.budget}
+	mem := s.newLease(who)
 	defer mem.release()
-	if err := s.reserveBody(r, mem); err != nil {
-		return fail(err)
-	}
+	s.budgetBody(r, mem)
 	var req api.SessionCreateRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
@@ -234,11 +232,9 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "session_execute", err)
 		return err
 	}
-	mem := &lease{b: s.budget}
+	mem := s.newLease(who)
 	defer mem.release()
-	if err := s.reserveBody(r, mem); err != nil {
-		return fail(err)
-	}
+	s.budgetBody(r, mem)
 	var req api.SessionExecuteRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)

@@ -158,8 +158,9 @@ type liveStream struct {
 }
 
 func newLiveStream(w http.ResponseWriter, sse bool, cancel func()) *liveStream {
+	rc := http.NewResponseController(w)
 	return &liveStream{
-		ew: &eventWriter{w: w, sse: sse}, rc: http.NewResponseController(w), cancel: cancel,
+		ew: &eventWriter{w: stallWriter{w, rc}, sse: sse}, rc: rc, cancel: cancel,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 }
@@ -242,7 +243,6 @@ func (l *liveStream) send(event string, v any, bulk *bulkSet) {
 	if l.err != nil {
 		return
 	}
-	_ = l.rc.SetWriteDeadline(time.Now().Add(writeStall))
 	err := l.ew.write(event, v, bulk)
 	if err == nil {
 		err = l.rc.Flush()
@@ -343,7 +343,21 @@ func (l *liveStream) end(events []finalEvent) error {
 	for _, e := range events {
 		l.send(e.event, e.data, e.bulk)
 	}
+	_ = l.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
 	return l.err
+}
+
+// stallWriter moves the connection's write deadline writeStall ahead at
+// each write: a client that reads, however slowly, is served; one that
+// stops reading for writeStall is gone (its write fails).
+type stallWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (s stallWriter) Write(p []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(writeStall))
+	return s.w.Write(p)
 }
 
 type finalEvent struct {

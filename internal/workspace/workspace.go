@@ -453,7 +453,11 @@ func (c *collector) take(rel string, typ os.FileMode) {
 		c.skip(rel, st.Size, fmt.Sprintf("returned files would exceed %d bytes in total", c.t.MaxTotalBytes))
 		return
 	}
+	// The walk's deadline bounds the search, not what a Taker does with
+	// a file (the store's write and fsync).
+	began := time.Now()
 	out := c.t.Take(rel, f, st.Size)
+	c.deadline = c.deadline.Add(time.Since(began))
 	out.Path = rel
 	if out.Error == "" {
 		c.returned++

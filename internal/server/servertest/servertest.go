@@ -76,6 +76,9 @@ func (e *Engine) PoolStats() run.PoolStats { return run.PoolStats{} }
 // CgroupMode reports v2.
 func (e *Engine) CgroupMode() string { return "v2" }
 
+// DaemonMemoryHigh reports no memory.high.
+func (e *Engine) DaemonMemoryHigh() (int64, int64) { return 0, 0 }
+
 // Harness is a server on a Unix socket with a fake engine.
 type Harness struct {
 	Engine *Engine
