@@ -135,7 +135,9 @@ func holdConns(t *testing.T, socket string, n int, hold time.Duration) (*exec.Cm
 // status, the headers and the body.
 func curlAs(t *testing.T, socket, method, path, body string) (int, http.Header, []byte) {
 	t.Helper()
-	args := []string{"-s", "-i", "--unix-socket", socket, "-X", method, "http://jaild" + path}
+	// --raw: -i prints the headers as sent (Transfer-Encoding: chunked)
+	// and, without it, a body already decoded, which ReadResponse misreads.
+	args := []string{"-s", "-i", "--raw", "--unix-socket", socket, "-X", method, "http://jaild" + path}
 	if body != "" {
 		args = append(args, "-H", "Content-Type: application/json", "-d", body)
 	}

@@ -649,11 +649,13 @@ func (s *Store) Delete(owner uint32, admin bool, id string) (Meta, error) {
 		s.mu.Unlock()
 		return Meta{}, s.hostErr("delete a file", &os.PathError{Op: "unlinkat", Path: id + metaSuffix, Err: err})
 	}
-	if err := unix.Fsync(s.fd); err != nil {
-		s.log.Warn("file store: sync the directory", "dir", s.cfg.Dir, "err", err)
-	}
 	s.remove(id + dataSuffix)
 	s.forget(m)
+	// Acknowledged only once durable: after a failed sync a crash could
+	// bring the file back, so the caller is not told it is gone.
+	if err := unix.Fsync(s.fd); err != nil {
+		return Meta{}, s.hostErr("delete a file", fmt.Errorf("sync the directory: %w", err))
+	}
 	return m, nil
 }
 

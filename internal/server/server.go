@@ -359,7 +359,11 @@ func writeBulk(w http.ResponseWriter, status int, v any, bulk *bulkSet) {
 	if err := writeBulkJSON(sw, v, bulk); err == nil {
 		_, _ = io.WriteString(sw, "\n")
 	}
-	_ = rc.Flush()
+	// No flush: a small response keeps its Content-Length (net/http sets
+	// it when the handler returns with the body still buffered). What is
+	// still buffered then (a few KiB) goes out after the request's memory
+	// is released, so it needs no deadline; the connection may serve
+	// another request.
 	_ = rc.SetWriteDeadline(time.Time{})
 }
 
