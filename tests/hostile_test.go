@@ -42,9 +42,10 @@ const (
 	catExhaust = "Exhaustion"
 	catDaemon  = "Daemon protocol and faults"
 	catSession = "Sessions"
+	catStore   = "Streams and stored files"
 )
 
-var categories = []string{catFiles, catKernel, catPriv, catLeaks, catExhaust, catDaemon, catSession}
+var categories = []string{catFiles, catKernel, catPriv, catLeaks, catExhaust, catDaemon, catSession, catStore}
 
 // hcase is one hostile case. An execute case sends code (plus req's other
 // fields) to POST /v1/execute and judges the 200 response with check; a
@@ -70,7 +71,7 @@ type hcase struct {
 // hostileCases is the whole suite, in report order.
 func hostileCases() []hcase {
 	var all []hcase
-	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases(), sessionCases()} {
+	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases(), sessionCases(), storeCases()} {
 		all = append(all, part...)
 	}
 	return all
@@ -104,9 +105,10 @@ const hostileMemLimit = 64 << 20
 
 // hostileAdmission: two runs at once (the CI machine has two cores), a
 // short queue, so that H03's burst meets 503s; a quota that the suite's
-// unprivileged requests cannot exhaust.
+// unprivileged requests cannot exhaust; and the small file-store bounds
+// of the T cases (hostileStore).
 func hostileAdmission(cfg string) string {
-	return setKeys(cfg, map[string]string{"max_concurrent": "2", "queue_size": "2", "queue_wait": `"1s"`, "daily_quota": "100"})
+	return setKeys(hostileStore(cfg), map[string]string{"max_concurrent": "2", "queue_size": "2", "queue_wait": `"1s"`, "daily_quota": "100"})
 }
 
 func startHostile(t *testing.T, networked bool) *hostile {
