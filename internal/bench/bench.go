@@ -1,7 +1,8 @@
 // Package bench measures jaild against bare python3, in one run on one
 // machine: latency percentiles per workload, throughput at several
 // concurrencies, daemon RSS and memory per warm jail, every figure also as
-// a ratio to bare python3 started in the same rootfs (chroot).
+// a ratio to bare python3 started in the same rootfs (chroot); and files
+// moved in and out of runs, inline against through the file store.
 package bench
 
 import (
@@ -74,6 +75,7 @@ type Report struct {
 	// smallest first: plain jails, then preloaded ones.
 	WarmJailBytes []uint64 `json:"idle_warm_jail_bytes"`
 	Sessions      Sessions `json:"sessions"`
+	Files         Files    `json:"files"`
 }
 
 // Sessions are the latencies of stateful sessions: POST /v1/sessions
@@ -176,13 +178,19 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		return nil, err
 	}
 	warm.waitReady(ctx)
-	rep.DaemonRSSBytes = rss(warm.cmd.Process.Pid)
+	rep.DaemonRSSBytes = procStatus(warm.cmd.Process.Pid, "VmRSS:")
 	// Only the pool's jails: the sessions' are torn down in the background.
 	name := "bench-" + filepath.Base(warm.dir)
 	for deadline := time.Now().Add(30 * time.Second); len(warmJailMemory(name)) > 2*cfg.PoolSize && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	rep.WarmJailBytes = warmJailMemory(name)
+	// Last: the heap the daemon keeps after moving 100 MiB files must not
+	// count in its RSS above.
+	fmt.Fprintln(log, "files: inline and through the store")
+	if rep.Files, err = benchFiles(ctx, cfg.Iter, warm); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }
 
@@ -457,10 +465,11 @@ func (d *daemon) stop() {
 	_ = os.RemoveAll(d.dir)
 }
 
-func rss(pid int) uint64 {
+// procStatus reads a size field of /proc/PID/status ("VmRSS:") in bytes.
+func procStatus(pid int, key string) uint64 {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
 			kb, _ := strconv.ParseUint(f[1], 10, 64)
 			return kb << 10
 		}

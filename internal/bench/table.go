@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -35,7 +37,48 @@ func (r *Report) Table() string {
 		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call))
 	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
 		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
+	r.Files.table(&b)
 	return b.String()
+}
+
+func (f Files) table(b *strings.Builder) {
+	b.WriteString("\nFiles, on the warm daemon (ms p50; codec: the client's JSON and base64 work within inline, Go's encoding/json; " +
+		"RSS: growth of the daemon's peak RSS during the runs, MiB). Returned: the run writes random bytes; inline is `content_b64` " +
+		"in the response, decoded; store is `return_files_as: \"store\"`, then `GET /v1/files/{id}` (its `DELETE` untimed).\n\n")
+	b.WriteString("| returned file | run alone (not returned) | inline (codec) | store | RSS inline / store |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range f.Return {
+		fmt.Fprintf(b, "| %s | %.1f | %s | %.1f | %s |\n", r.size(), r.Alone.P50, r.inline("inline"), r.Store.P50, r.rss())
+	}
+	b.WriteString("\nUploaded: the run checks the file's size; inline is `content_b64` in the request, encoded; store is `POST /v1/files`, " +
+		"then execute with its `file_id` (its `DELETE` untimed); the last column runs with a file already stored.\n\n")
+	b.WriteString("| uploaded file | inline (codec) | store (upload + run) | run with the stored file | RSS inline / store |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range f.Upload {
+		fmt.Fprintf(b, "| %s | %s | %.1f | %.1f | %s |\n", r.size(), r.inline("body"), r.Store.P50, r.Alone.P50, r.rss())
+	}
+}
+
+func (r FileRow) size() string { return fmt.Sprintf("%d MiB (%d runs)", r.SizeBytes>>20, r.Iterations) }
+
+// inline is the inline p50 with its codec part, or the refusal with the
+// cap (what) that the daemon's message names in bytes.
+func (r FileRow) inline(what string) string {
+	if r.Inline == nil {
+		if m := regexp.MustCompile(`(\d+) bytes`).FindStringSubmatch(r.Refused); m != nil {
+			if n, _ := strconv.ParseInt(m[1], 10, 64); n > 0 && n%(1<<20) == 0 {
+				return fmt.Sprintf("refused (%s cap %d MiB)", what, n>>20)
+			}
+		}
+		return "refused (" + r.Refused + ")"
+	}
+	return fmt.Sprintf("%.1f (%.1f)", r.Inline.P50, r.InlineCodecMs)
+}
+
+func (r FileRow) rss() string {
+	in := "-"
+	if r.Inline != nil {
+		in = fmt.Sprintf("%.1f", float64(r.InlineRSSGrowth)/(1<<20))
+	}
+	return fmt.Sprintf("%s / %.1f", in, float64(r.StoreRSSGrowth)/(1<<20))
 }
 
 func stat(s Stat) string { return fmt.Sprintf("%.1f / %.1f / %.1f", s.P50, s.P95, s.P99) }
