@@ -263,6 +263,12 @@ func (e *Engine) LimitDaemonMemory(high int64) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join("/sys/fs/cgroup", leaf)
+	// The leaf has memory.high once its parent (the daemon's delegated
+	// cgroup, which holds no process since prepareCgroupV2) enables the
+	// memory controller for its children; jails need it there anyway.
+	if err := cgroups.WriteFile(filepath.Dir(dir), "cgroup.subtree_control", "+memory"); err != nil {
+		return "", fmt.Errorf("enable the memory controller for the daemon's leaf: %w", err)
+	}
 	e.highMu.Lock()
 	defer e.highMu.Unlock()
 	if err := cgroups.WriteFile(dir, "memory.high", strconv.FormatInt(high+e.tmpfs, 10)); err != nil {
