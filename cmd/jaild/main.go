@@ -24,6 +24,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/net/netutil"
 
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/egress"
@@ -126,9 +127,26 @@ func serve() error {
 	if err != nil {
 		return errors.Join(err, engine.Close(), closeNetwork(netm))
 	}
+	var mln net.Listener // metrics_listen's, nil when not configured
+	if cfg.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			ln.Close()
+			if !activated {
+				_ = os.Remove(cfg.Socket)
+			}
+			srv.Close()
+			return errors.Join(fmt.Errorf("metrics_listen: %w", err), engine.Close(), closeNetwork(netm))
+		}
+	}
 	hs := srv.HTTPServer()
-	served := make(chan error, 1)
+	served := make(chan error, 2) // the socket's server and metrics_listen's
 	go func() { served <- hs.Serve(srv.Listen(ln, maxConns)) }()
+	var ms *http.Server
+	if mln != nil {
+		ms = srv.MetricsServer()
+		go func() { served <- ms.Serve(netutil.LimitListener(mln, 64)) }()
+		log.Info("serving metrics", "address", mln.Addr().String())
+	}
 	log.Info("jaild ready", "version", version.Version, "socket", cfg.Socket, "socket_activated", activated,
 		"rootfs", engine.Manifest().ImageDigest, "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving on "+cfg.Socket)
@@ -143,6 +161,9 @@ func serve() error {
 	}
 	running, queued := srv.Usage()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping+"\nSTATUS=stopping: "+strconv.Itoa(running)+" runs in progress, "+strconv.Itoa(queued)+" queued")
+	if ms != nil {
+		_ = ms.Close() // scrapes hold nothing worth waiting for
+	}
 	shutdown(hs, srv, cfg.ShutdownGrace.Duration, log)
 	srv.Close() // ends the sessions; engine.Close waits for their teardown
 	if !activated {

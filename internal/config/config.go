@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -75,6 +76,10 @@ type Config struct {
 	// GOMEMLIMIT, and memory.high of its cgroup on v2); 0: the budget
 	// plus 512 MiB; -1: none.
 	MemoryLimitMB int64 `toml:"memory_limit_mb"`
+	// MetricsListen is a TCP address ("127.0.0.1:9464") on which the
+	// daemon serves GET /metrics and nothing else, for a Prometheus that
+	// cannot reach the socket; "": none (the socket serves /metrics).
+	MetricsListen string `toml:"metrics_listen"`
 
 	Defaults    Limits    `toml:"defaults"`
 	Maxima      Limits    `toml:"maxima"`
@@ -302,6 +307,11 @@ func (c *Config) Validate() error {
 	}
 	if c.HostIDBase == 0 || uint64(c.HostIDBase)+HostIDSpan > 1<<32-1 {
 		bad("host_id_base", "must be in 1..%d (jails use host ids base..base+%d)", uint64(1<<32-1-HostIDSpan), HostIDSpan-1)
+	}
+	if c.MetricsListen != "" {
+		if err := checkListen(c.MetricsListen); err != nil {
+			bad("metrics_listen", "%v", err)
+		}
 	}
 	if c.ShutdownGrace.Duration < 0 {
 		bad("shutdown_grace", "must not be negative")
@@ -562,4 +572,23 @@ func (n *Network) DNSServers() ([]netip.AddrPort, error) {
 		out = append(out, ap)
 	}
 	return out, nil
+}
+
+// checkListen accepts a TCP listen address: host:port with a numeric port
+// in 1..65535 and a host that is an IP address or a name ("localhost").
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port like \"127.0.0.1:9464\", got %q", addr)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port must be a number in 1..65535, got %q", port)
+	}
+	if host == "" {
+		return fmt.Errorf("must name a host (\"127.0.0.1:%s\" for loopback, \"0.0.0.0:%s\" for every address), got %q", port, port, addr)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && strings.ContainsAny(host, " /%") {
+		return fmt.Errorf("host %q is neither an IP address nor a host name", host)
+	}
+	return nil
 }

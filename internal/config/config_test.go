@@ -58,6 +58,9 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"zero file count":  "[files]\nmax_files_per_uid = 0\n",
 		"negative free":    "[files]\nmin_free_mb = -1\n",
 		"short files ttl":  "[files]\nttl = \"0s\"\n",
+		"metrics no port":  "metrics_listen = \"127.0.0.1\"\n",
+		"metrics bad port": "metrics_listen = \"127.0.0.1:http\"\n",
+		"metrics no host":  "metrics_listen = \":9464\"\n",
 	}
 	want := map[string]string{
 		"unknown key": "sockett", "relative socket": "socket", "bad mode": "socket_mode",
@@ -65,6 +68,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"max over admin": "maxima.pids", "bad duration": "shutdown_grace", "negative quota": "admission.daily_quota",
 		"relative files": "files.dir", "file over uid": "files.max_file_mb", "uid over total": "files.max_mb_per_uid",
 		"zero file count": "files.max_files_per_uid", "negative free": "files.min_free_mb", "short files ttl": "files.ttl",
+		"metrics no port": "metrics_listen", "metrics bad port": "metrics_listen", "metrics no host": "metrics_listen",
 	}
 	for name, body := range cases {
 		_, err := Load(write(t, body), true)
@@ -92,5 +96,19 @@ func TestShippedConfigIsTheDefault(t *testing.T) {
 	}
 	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("systemd/jaild.toml differs from Default():\n%+v\n%+v", c, Default())
+	}
+}
+
+func TestMetricsListen(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:9464", "[::1]:9464", "0.0.0.0:9464", "localhost:9464"} {
+		c, err := Load(write(t, "metrics_listen = \""+addr+"\"\n"), true)
+		if err != nil || c.MetricsListen != addr {
+			t.Errorf("metrics_listen = %q: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"9464", "127.0.0.1:0", "127.0.0.1:99999", "[::1]", "a b:1"} {
+		if _, err := Load(write(t, "metrics_listen = \""+addr+"\"\n"), true); err == nil || !strings.Contains(err.Error(), "metrics_listen") {
+			t.Errorf("metrics_listen = %q: %v, want an error naming the key", addr, err)
+		}
 	}
 }

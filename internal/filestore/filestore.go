@@ -681,6 +681,14 @@ func (s *Store) Usage(owner uint32) (bytes int64, files int, total int64) {
 	return bytes, files, s.total
 }
 
+// Totals returns the bytes and the number of all stored files; uploads in
+// progress are not counted.
+func (s *Store) Totals() (bytes int64, files int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total, len(s.files)
+}
+
 func (s *Store) collector(every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)

@@ -231,6 +231,10 @@ type Result struct {
 	ResultRepr      *string
 	Figures         []workspace.Figure // PNGs saved by the runner from matplotlib figures
 	Files           []workspace.File
-	Warm            bool          // served by a jail from the warm pool
-	Network         *egress.Usage // the run's traffic, when it had egress
+	Warm            bool // served by a jail from the warm pool
+	// Start is the time it took to have a jail ready for the run: taking
+	// one from the warm pool, or creating and starting a cold one (0 for
+	// a session's call).
+	Start   time.Duration
+	Network *egress.Usage // the run's traffic, when it had egress
 }

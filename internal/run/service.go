@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -133,6 +134,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 	}
 	defer s.running.Done()
 
+	began := time.Now()
 	st, warm := s.takeWarm(req)
 	if warm {
 		// The refill is kicked after this run, not when the jail is taken:
@@ -151,6 +153,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 			return nil, err
 		}
 	}
+	startTime := time.Since(began)
 	if req.OnStart != nil {
 		req.OnStart(st.j.ID(), warm)
 	}
@@ -159,7 +162,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 		st.Destroy()
 		return nil, err
 	}
-	res.Warm = warm
+	res.Warm, res.Start = warm, startTime
 	s.teardowns.Go(st.Destroy)
 	return res, nil
 }

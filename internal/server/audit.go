@@ -15,15 +15,20 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/metrics"
 	"github.com/jaild/jaild/internal/run"
 )
 
 // auditor writes one structured line per request through slog and, when
 // configured, keeps the submitted code (bounded, with a retention period)
 // for security review.
+//
+// It also feeds the metrics: every request that runs code, or is refused,
+// ends here, so each outcome is counted once.
 type auditor struct {
-	cfg config.Audit
-	log *slog.Logger
+	cfg     config.Audit
+	log     *slog.Logger
+	metrics *metrics.Metrics
 }
 
 func newAuditor(cfg config.Audit, log *slog.Logger) (*auditor, error) {
@@ -41,6 +46,19 @@ func (a *auditor) refused(who admission.Caller, op string, err error) {
 	status, typ := errdefs.Classify(err)
 	a.log.Info("audit", "op", op, "uid", who.UID, "pid", who.PID, "admin", who.Admin,
 		"http_status", status, "error", typ, "reason", err.Error())
+	a.metrics.Refused(op, typ)
+}
+
+// measure is what the metrics take of a run.
+func measure(res *run.Result, queued, total time.Duration) metrics.Run {
+	m := metrics.Run{
+		Status: string(res.Status), Warm: res.Warm, JailStart: res.Start,
+		QueueWait: queued, Duration: res.Duration, Total: total,
+	}
+	if n := res.Network; n != nil {
+		m.EgressSent, m.EgressReceived = n.BytesSent, n.BytesReceived
+	}
+	return m
 }
 
 func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res *run.Result, queued, total time.Duration) {
@@ -52,6 +70,9 @@ func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res 
 		"status", res.Status, "exit_code", res.ExitCode, "signal", res.Signal,
 		"queue_ms", queued.Milliseconds(), "run_ms", res.Duration.Milliseconds(), "total_ms", total.Milliseconds(),
 		"cpu_ms", res.CPUTime.Milliseconds(), "peak_memory_bytes", res.PeakMemoryBytes)
+	m := measure(res, queued, total)
+	m.Pooled = true // a one-shot run: a warm jail could have served it
+	a.metrics.Ran(op, m)
 	if a.cfg.KeepCode {
 		a.keep(res.ID, code)
 	}
@@ -65,6 +86,7 @@ func (a *auditor) ranSession(who admission.Caller, id string, call int, code str
 		"state_lost", res.StateLost, "lost_reason", res.LostReason,
 		"queue_ms", queued.Milliseconds(), "run_ms", res.Duration.Milliseconds(), "total_ms", total.Milliseconds(),
 		"cpu_ms", res.CPUTime.Milliseconds(), "peak_memory_bytes", res.PeakMemoryBytes)
+	a.metrics.Ran(metrics.OpSessionExecute, measure(&res.Result, queued, total))
 	if a.cfg.KeepCode {
 		a.keep(fmt.Sprintf("%s-%d", id, call), code)
 	}

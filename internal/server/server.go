@@ -29,6 +29,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/filestore"
+	"github.com/jaild/jaild/internal/metrics"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/sessions"
@@ -66,6 +67,7 @@ type Server struct {
 	stop     context.CancelFunc
 	budget   *memBudget
 	files    *filestore.Store // nil when the file store is disabled
+	metrics  *metrics.Metrics
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
@@ -123,7 +125,41 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 	})
 	s.baseCtx, s.stop = context.WithCancel(context.Background())
 	s.budget = newMemBudget(cfg.MemoryBudget())
+	src := metrics.Sources{
+		Admission: s.adm.Usage,
+		Pool: func() metrics.Pool {
+			p := engine.PoolStats()
+			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady}
+		},
+		Sessions: s.sessions.Counts,
+		Memory:   func() (int64, int64) { return s.budget.inUse(), s.budget.max },
+	}
+	if s.files != nil {
+		src.Store = s.files.Totals
+	}
+	s.metrics = metrics.New(src)
+	s.audit.metrics = s.metrics
 	return s, nil
+}
+
+// MetricsServer returns the http.Server of metrics_listen: GET (or HEAD)
+// /metrics, the daemon's metrics in the Prometheus exposition format, and
+// a 404 for anything else. It has no caller identity and serves nothing of
+// the API.
+func (s *Server) MetricsServer() *http.Server {
+	prom := s.metrics.Handler()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", prom)
+	mux.HandleFunc("/", http.NotFound)
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       s.cfg.IdleTimeout.Duration,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 type ctxKey struct{}
@@ -268,6 +304,11 @@ func (s *Server) Handler() http.Handler {
 	handle(http.MethodPost, "/v1/format", s.format)
 	handle(http.MethodGet, "/v1/info", s.info)
 	handle(http.MethodGet, "/v1/health", s.health)
+	promHandler := s.metrics.Handler()
+	handle(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) error {
+		promHandler.ServeHTTP(w, r)
+		return nil
+	})
 	handle2(mux, s, "/v1/sessions", map[string]func(http.ResponseWriter, *http.Request) error{
 		http.MethodPost: s.createSession, http.MethodGet: s.listSessions,
 	})

@@ -1,0 +1,205 @@
+// Package metrics is jaild's Prometheus instrumentation: one private
+// registry with the daemon's counters, histograms and gauges, fed by the
+// server at the end of each request and read from the daemon's state at
+// scrape time, and served in the text exposition format.
+//
+// Every label has a bounded set of values: operations, run statuses and
+// error classes are closed enums of the code; no run id, session id or
+// uid is ever a label.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The operations that run code, as the label operation names them.
+const (
+	OpExecute        = "execute"
+	OpSessionExecute = "session_execute"
+	OpLint           = "lint"
+	OpFormat         = "format"
+)
+
+// Pool is the warm pool's state (see run.PoolStats).
+type Pool struct {
+	Size, Ready, PlainSize, PlainReady int
+}
+
+// Sources are the daemon's state read at each scrape. A nil source has
+// no gauges (Store is nil when the file store is disabled).
+type Sources struct {
+	Admission func() (running, queued int)
+	Pool      func() Pool
+	Sessions  func() (live, running int)
+	Store     func() (bytes int64, files int)
+	Memory    func() (inUse, budget int64)
+}
+
+// Run is what the server knows of a run at its end.
+type Run struct {
+	Status string // the run's status (run.Status)
+	Warm   bool   // served by a warm jail
+	// Pooled: the run could have been served by the pool (a one-shot
+	// run; a session's call runs in the session's jail), so it counts
+	// as a hit or a miss.
+	Pooled bool
+	// QueueWait is the time spent in admission; JailStart the time to
+	// have a jail ready (0: not measured, for a session's call);
+	// Duration the run's own wall time; Total the whole request's.
+	QueueWait, JailStart, Duration, Total time.Duration
+	// EgressSent and EgressReceived are the run's network traffic.
+	EgressSent, EgressReceived uint64
+}
+
+// Metrics holds the registry and the instruments the server feeds.
+// Its methods are safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	runs            *prometheus.CounterVec
+	rejections      *prometheus.CounterVec
+	queueWait       *prometheus.HistogramVec
+	jailStart       *prometheus.HistogramVec
+	runDuration     *prometheus.HistogramVec
+	requestDuration *prometheus.HistogramVec
+	poolHits        prometheus.Counter
+	poolMisses      prometheus.Counter
+	egress          *prometheus.CounterVec
+}
+
+// Buckets in seconds. Queue waits are bounded by admission.queue_wait
+// (seconds); a warm jail is taken in microseconds and a cold one starts
+// in tens of milliseconds; runs last up to the timeout maxima (minutes).
+var (
+	queueBuckets = []float64{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	startBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	runBuckets   = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+)
+
+// statuses are run.Status's values, created at zero so that a rate over
+// them has a series from the start.
+var statuses = []string{"ok", "error", "timeout", "memory_limit", "cpu_limit", "output_limit", "killed"}
+
+// New returns the daemon's metrics over src, with the Go runtime's and
+// the process's collectors.
+func New(src Sources) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_runs_total",
+			Help: "Runs that ended with a result, by operation, status and whether a warm jail served them.",
+		}, []string{"operation", "status", "warm"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_rejections_total",
+			Help: "Requests refused or failed without a result, by operation and error type (busy, rate_limited, invalid_argument, ...).",
+		}, []string{"operation", "reason"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jaild_queue_wait_seconds", Help: "Time a run waited for admission.", Buckets: queueBuckets,
+		}, []string{"operation"}),
+		jailStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jaild_jail_start_seconds", Help: "Time to have a jail ready for a one-shot run: taken from the warm pool or started cold.", Buckets: startBuckets,
+		}, []string{"warm"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jaild_run_duration_seconds", Help: "Wall time of the code's run in its jail.", Buckets: runBuckets,
+		}, []string{"operation"}),
+		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "jaild_request_duration_seconds", Help: "Total time of a request that ran, from its arrival to its result.", Buckets: runBuckets,
+		}, []string{"operation"}),
+		poolHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jaild_pool_hits_total", Help: "One-shot runs served by a warm jail.",
+		}),
+		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "jaild_pool_misses_total", Help: "One-shot runs that needed a cold jail.",
+		}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_egress_bytes_total", Help: "Network traffic of runs with egress, by direction (sent: from the jail).",
+		}, []string{"direction"}),
+	}
+	m.reg.MustRegister(m.runs, m.rejections, m.queueWait, m.jailStart, m.runDuration, m.requestDuration,
+		m.poolHits, m.poolMisses, m.egress,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, op := range []string{OpExecute, OpSessionExecute, OpLint, OpFormat} {
+		for _, st := range statuses {
+			m.runs.WithLabelValues(op, st, "false")
+			m.runs.WithLabelValues(op, st, "true")
+		}
+	}
+	m.egress.WithLabelValues("sent")
+	m.egress.WithLabelValues("received")
+	m.gauges(src)
+	return m
+}
+
+func (m *Metrics) gauges(src Sources) {
+	gauge := func(name, help string, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	if f := src.Admission; f != nil {
+		gauge("jaild_admission_running", "Runs holding an admission slot.", func() float64 { r, _ := f(); return float64(r) })
+		gauge("jaild_admission_queued", "Runs waiting for an admission slot.", func() float64 { _, q := f(); return float64(q) })
+	}
+	if f := src.Pool; f != nil {
+		gauge("jaild_pool_size", "Target number of preloaded warm jails.", func() float64 { return float64(f().Size) })
+		gauge("jaild_pool_ready", "Preloaded warm jails ready to serve a run.", func() float64 { return float64(f().Ready) })
+		gauge("jaild_pool_plain_size", "Target number of plain warm jails (lint, format, commands).", func() float64 { return float64(f().PlainSize) })
+		gauge("jaild_pool_plain_ready", "Plain warm jails ready to serve a run.", func() float64 { return float64(f().PlainReady) })
+	}
+	if f := src.Sessions; f != nil {
+		gauge("jaild_sessions_live", "Sessions not ended (idle or running a call).", func() float64 { l, _ := f(); return float64(l) })
+		gauge("jaild_sessions_running", "Sessions running a call.", func() float64 { _, r := f(); return float64(r) })
+	}
+	if f := src.Store; f != nil {
+		gauge("jaild_store_bytes", "Bytes of the files in the file store.", func() float64 { b, _ := f(); return float64(b) })
+		gauge("jaild_store_files", "Files in the file store.", func() float64 { _, n := f(); return float64(n) })
+	}
+	if f := src.Memory; f != nil {
+		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })
+		gauge("jaild_memory_budget_bytes", "The memory budget for requests in flight (memory_budget_mb).", func() float64 { _, b := f(); return float64(b) })
+	}
+}
+
+// Ran counts a run that ended with a result.
+func (m *Metrics) Ran(op string, r Run) {
+	warm := strconv.FormatBool(r.Warm)
+	m.runs.WithLabelValues(op, r.Status, warm).Inc()
+	m.queueWait.WithLabelValues(op).Observe(r.QueueWait.Seconds())
+	m.runDuration.WithLabelValues(op).Observe(r.Duration.Seconds())
+	m.requestDuration.WithLabelValues(op).Observe(r.Total.Seconds())
+	if r.Pooled {
+		if r.Warm {
+			m.poolHits.Inc()
+		} else {
+			m.poolMisses.Inc()
+		}
+	}
+	if r.JailStart > 0 {
+		m.jailStart.WithLabelValues(warm).Observe(r.JailStart.Seconds())
+	}
+	if r.EgressSent > 0 {
+		m.egress.WithLabelValues("sent").Add(float64(r.EgressSent))
+	}
+	if r.EgressReceived > 0 {
+		m.egress.WithLabelValues("received").Add(float64(r.EgressReceived))
+	}
+}
+
+// Refused counts a request of op that ended with an error of the class
+// named reason (errdefs.Classify's name).
+func (m *Metrics) Refused(op, reason string) {
+	m.rejections.WithLabelValues(op, reason).Inc()
+}
+
+// Gatherer is the registry, for tests and other exporters.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, ErrorHandling: promhttp.ContinueOnError})
+}
