@@ -212,26 +212,9 @@ func writeDownload(name string, r io.Reader, size int64) (retErr error) {
 }
 
 func runFilesList(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("files ls")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
-	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
-		return rc
-	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/files", nil)
-	if err != nil {
-		return e.daemonError(err)
-	}
-	var list api.FileList
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
-	}
-	writeFileTable(e.stdout, list.Files, time.Now())
-	return exitOK
+	return runList(e, sc, args, "files ls", "/v1/files", func(w io.Writer, l api.FileList, now time.Time) {
+		writeFileTable(w, l.Files, now)
+	})
 }
 
 // writeFileTable writes stored files as a table, oldest first.

@@ -619,17 +619,25 @@ func endReasonText(reason *string) string {
 }
 
 func runSessionList(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session ls")
+	return runList(e, sc, args, "session ls", "/v1/sessions", func(w io.Writer, l api.SessionList, now time.Time) {
+		writeSessionTable(w, l.Sessions, now)
+	})
+}
+
+// runList is an `ls` subcommand: GET path, printed as the daemon's JSON
+// with --json, else as table prints it.
+func runList[L any](e *env, sc *subcommand, args []string, name, path string, table func(io.Writer, L, time.Time)) int {
+	fs := e.flagSet(name)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
 	socket := socketFlag(fs)
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/sessions", nil)
+	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return e.daemonError(err)
 	}
-	var list api.SessionList
+	var list L
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return e.errorf("malformed response: %v", err)
 	}
@@ -637,7 +645,7 @@ func runSessionList(e *env, sc *subcommand, args []string) int {
 		e.printJSON(raw)
 		return exitOK
 	}
-	writeSessionTable(e.stdout, list.Sessions, time.Now())
+	table(e.stdout, list, time.Now())
 	return exitOK
 }
 
