@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jaild/jaild/internal/egress"
@@ -91,6 +92,11 @@ type Engine struct {
 	runsDir  string // one directory (a tmpfs mountpoint) per run
 	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
 	slots    slots
+
+	// Counts for the daemon's metrics (JailCounts).
+	alive            atomic.Int64  // jails created and not destroyed yet
+	teardownFailures atomic.Uint64 // teardowns that failed or overran their deadline
+	swept            atomic.Uint64 // jails of a predecessor removed by the start-up sweep
 
 	mu      sync.Mutex
 	closed  bool
@@ -244,6 +250,18 @@ func (e *Engine) cgroupPath(id string) string {
 	return filepath.Join(e.cfg.CgroupName, id)
 }
 
+// JailCounts are the engine's counts for the daemon's metrics.
+type JailCounts struct {
+	Alive            int64  // jails created and not destroyed yet (warm ones and sessions included)
+	TeardownFailures uint64 // teardowns that failed or overran their deadline (their host id range stays out of use)
+	Swept            uint64 // jails of a predecessor removed by the start-up sweep
+}
+
+// JailCounts returns the engine's counts.
+func (e *Engine) JailCounts() JailCounts {
+	return JailCounts{Alive: e.alive.Load(), TeardownFailures: e.teardownFailures.Load(), Swept: e.swept.Load()}
+}
+
 // LimitDaemonMemory sets memory.high of the daemon's own leaf cgroup
 // ("supervisor", cgroup v2 only) to high bytes plus the tmpfs size of
 // every live jail (the workspace files the daemon writes there are charged
@@ -360,6 +378,7 @@ func (e *Engine) sweep() error {
 				e.log.Warn("sweep: destroy jail", "id", ent.Name(), "err", err)
 			}
 			e.log.Info("sweep: destroyed a jail left by a predecessor", "id", ent.Name())
+			e.swept.Add(1)
 		}
 		_ = os.RemoveAll(filepath.Join(e.stateDir, ent.Name()))
 	}

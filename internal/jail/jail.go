@@ -119,17 +119,20 @@ func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
 		return nil, ErrClosed
 	}
 	e.live.Add(1)
+	e.alive.Add(1)
 	e.mu.Unlock()
 	j := &Jail{e: e, id: NewID(), limits: sp.Limits, done: make(chan struct{})}
 	j.runDir = filepath.Join(e.runsDir, j.id)
 	var err error
 	if j.slot, err = e.slots.get(); err != nil {
+		e.alive.Add(-1)
 		e.live.Done()
 		return nil, err
 	}
 	j.idBase = e.cfg.HostIDBase + uint32(j.slot)*idMapSize
 	if err := e.makeRunDir(j); err != nil {
 		e.slots.put(j.slot)
+		e.alive.Add(-1)
 		e.live.Done()
 		return nil, err
 	}
@@ -550,6 +553,7 @@ func (j *Jail) ResetPeak() {
 func (j *Jail) Destroy() {
 	j.destroyed.Do(func() {
 		defer j.e.live.Done()
+		defer j.e.alive.Add(-1)
 		done := make(chan bool, 1)
 		go func() { done <- j.teardown() }()
 		timer := time.NewTimer(teardownTimeout)
@@ -558,8 +562,11 @@ func (j *Jail) Destroy() {
 		case free := <-done:
 			if free {
 				j.e.slots.put(j.slot)
+			} else {
+				j.e.teardownFailures.Add(1)
 			}
 		case <-timer.C:
+			j.e.teardownFailures.Add(1)
 			j.e.log.Error("jail teardown exceeded its deadline; its host id range stays out of use until it ends", "id", j.id, "slot", j.slot, "deadline", teardownTimeout)
 			go func() {
 				if <-done {

@@ -210,9 +210,13 @@ func TestJailFreezeThaw(t *testing.T) {
 // Destroy removes everything and frees the host id range; a Start on a
 // second call and a Create after Close are refused.
 func TestJailLifecycle(t *testing.T) {
+	before := testEngine.JailCounts()
 	j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := testEngine.JailCounts().Alive; n != before.Alive+1 {
+		t.Errorf("%d jails alive after a Create, %d before", n, before.Alive)
 	}
 	defer j.Destroy() // a jail left alive would hold the engine's Close forever
 	if err := j.Start(Process{Args: []string{"/bin/true"}}); err != nil {
@@ -226,6 +230,9 @@ func TestJailLifecycle(t *testing.T) {
 	j.Destroy() // idempotent
 	if left := testEngine.Leftovers(); len(left) != 0 {
 		t.Errorf("left after Destroy: %v", left)
+	}
+	if c := testEngine.JailCounts(); c.Alive != before.Alive || c.TeardownFailures != before.TeardownFailures {
+		t.Errorf("counts after Destroy %+v, before %+v", c, before)
 	}
 	// A jail destroyed before it started leaves nothing either.
 	j2, err := testEngine.Create(Spec{Limits: DefaultLimits()})

@@ -39,6 +39,7 @@ type Sources struct {
 	Sessions  func() (live, running int)
 	Store     func() (bytes int64, files int)
 	Memory    func() (inUse, budget int64)
+	Jails     func() (alive int64, teardownFailures, swept uint64)
 }
 
 // Run is what the server knows of a run at its end.
@@ -158,6 +159,14 @@ func (m *Metrics) gauges(src Sources) {
 	if f := src.Store; f != nil {
 		gauge("jaild_store_bytes", "Bytes of the files in the file store.", func() float64 { b, _ := f(); return float64(b) })
 		gauge("jaild_store_files", "Files in the file store.", func() float64 { _, n := f(); return float64(n) })
+	}
+	if f := src.Jails; f != nil {
+		gauge("jaild_jails_alive", "Jails that exist now: runs', sessions' and warm ones.", func() float64 { a, _, _ := f(); return float64(a) })
+		counter := func(name, help string, v func() float64) {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, v))
+		}
+		counter("jaild_jail_teardown_failures_total", "Jail teardowns that failed or overran their deadline (their host id range stays out of use until they end).", func() float64 { _, t, _ := f(); return float64(t) })
+		counter("jaild_sweep_jails_total", "Jails of a predecessor (a killed daemon) removed by the start-up sweep.", func() float64 { _, _, s := f(); return float64(s) })
 	}
 	if f := src.Memory; f != nil {
 		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })

@@ -26,6 +26,7 @@ func full(t *testing.T) *Metrics {
 		Sessions:  func() (int, int) { return 5, 1 },
 		Store:     func() (int64, int) { return 1000, 7 },
 		Memory:    func() (int64, int64) { return 10, 100 },
+		Jails:     func() (int64, uint64, uint64) { return 6, 1, 2 },
 	})
 	m.Ran(OpExecute, Run{Status: "ok", Warm: true, Pooled: true, QueueWait: time.Millisecond, JailStart: time.Millisecond,
 		Duration: time.Second, Total: 2 * time.Second, EgressSent: 3, EgressReceived: 4})
@@ -75,6 +76,9 @@ func TestValues(t *testing.T) {
 		k("jaild_store_files"):                                              7,
 		k("jaild_memory_budget_in_use_bytes"):                               10,
 		k("jaild_memory_budget_bytes"):                                      100,
+		k("jaild_jails_alive"):                                              6,
+		k("jaild_jail_teardown_failures_total"):                             1,
+		k("jaild_sweep_jails_total"):                                        2,
 	} {
 		if got, ok := s[key]; !ok || got != want {
 			t.Errorf("%s = %g (present %v), want %g", key, got, ok, want)

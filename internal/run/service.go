@@ -75,6 +75,10 @@ func (s *Service) Seccomp() *specs.LinuxSeccomp { return s.e.Seccomp() }
 // bytes of live jails counted in it; see jail.Engine.LimitDaemonMemory.
 func (s *Service) DaemonMemoryHigh() (high, tmpfs int64) { return s.e.DaemonMemoryHigh() }
 
+// JailCounts are the jail engine's counts (alive, teardown failures,
+// swept), for the daemon's metrics.
+func (s *Service) JailCounts() jail.JailCounts { return s.e.JailCounts() }
+
 // CgroupMode names the cgroup hierarchy in use: "v2" or "v1".
 func (s *Service) CgroupMode() string { return s.e.CgroupMode() }
 

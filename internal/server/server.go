@@ -29,6 +29,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/filestore"
+	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/metrics"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
@@ -48,6 +49,8 @@ type Engine interface {
 	// DaemonMemoryHigh is the daemon's memory.high (0: not set) and the
 	// tmpfs bytes of live jails counted in it.
 	DaemonMemoryHigh() (high, tmpfs int64)
+	// JailCounts are the jail engine's counts for the metrics.
+	JailCounts() jail.JailCounts
 	// NewSession makes a session: a jail whose interpreter lives across
 	// calls (see run.Session).
 	NewSession(spec run.SessionSpec) (Session, error)
@@ -133,6 +136,10 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 		},
 		Sessions: s.sessions.Counts,
 		Memory:   func() (int64, int64) { return s.budget.inUse(), s.budget.max },
+		Jails: func() (int64, uint64, uint64) {
+			c := engine.JailCounts()
+			return c.Alive, c.TeardownFailures, c.Swept
+		},
 	}
 	if s.files != nil {
 		src.Store = s.files.Totals

@@ -32,6 +32,8 @@ type Engine struct {
 	RunFunc func(ctx context.Context, req *run.Request) (*run.Result, error)
 	// SessionExec, when set, answers the calls of sessions made after.
 	SessionExec func(ctx context.Context, c *run.Call) (*run.CallResult, error)
+	// JailCountsValue is what JailCounts reports.
+	JailCountsValue jail.JailCounts
 
 	mu       sync.Mutex
 	requests []*run.Request
@@ -75,6 +77,13 @@ func (e *Engine) PoolStats() run.PoolStats { return run.PoolStats{} }
 
 // CgroupMode reports v2.
 func (e *Engine) CgroupMode() string { return "v2" }
+
+// JailCounts reports what JailCountsValue holds (zero by default).
+func (e *Engine) JailCounts() jail.JailCounts {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.JailCountsValue
+}
 
 // DaemonMemoryHigh reports no memory.high.
 func (e *Engine) DaemonMemoryHigh() (int64, int64) { return 0, 0 }
