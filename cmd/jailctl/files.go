@@ -369,10 +369,14 @@ func (e *env) stageFiles(c *client.Client, specs []fileSpec) (files []api.FileIn
 				files = append(files, api.FileIn{Path: spec.path, FileID: sf.FileID})
 				continue
 			case isNotFound(err) && e.ctx.Err() == nil:
-				// A daemon without the store's routes after all.
+				// A daemon without the store's routes after all. The
+				// upload's reader may still be read by the HTTP transport
+				// after the answer (it writes a body the daemon refused
+				// early until the connection closes): the file is opened
+				// afresh, never sought back and shared.
 				store = no
-				if _, err := f.Seek(0, io.SeekStart); err != nil {
-					f.Close()
+				f.Close()
+				if f, _, err = openUpload(spec.local); err != nil {
 					return nil, nil, fmt.Errorf("--file: %w", err)
 				}
 			default:
