@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -295,26 +294,10 @@ func writeStoredFile(w io.Writer, f *api.StoredFile, now time.Time) {
 }
 
 func runFilesRemove(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("files rm")
-	socket := socketFlag(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, -1)
-	if !ok {
-		return rc
-	}
-	c := e.client(*socket)
-	code := exitOK
-	for _, id := range pos {
-		if _, err := c.DeleteFile(e.ctx, id); err != nil {
-			if e.ctx.Err() != nil {
-				return e.daemonError(err)
-			}
-			if msg := err.Error(); !strings.Contains(msg, id) {
-				err = fmt.Errorf("%s: %w", quoteName(id), err)
-			}
-			code = e.daemonError(err)
-		}
-	}
-	return code
+	return runRemove(e, sc, args, "files rm", func(c *client.Client, id string) error {
+		_, err := c.DeleteFile(e.ctx, id)
+		return err
+	})
 }
 
 // storeThreshold is the size above which "exec --file" sends a file

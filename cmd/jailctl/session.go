@@ -798,7 +798,17 @@ func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
 }
 
 func runSessionRemove(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session rm")
+	return runRemove(e, sc, args, "session rm", func(c *client.Client, id string) error {
+		_, err := c.DeleteSession(e.ctx, id)
+		return err
+	})
+}
+
+// runRemove is an `rm` subcommand: del for each id given, each failure
+// reported (naming its id) and the last one's exit code returned; an
+// interrupt stops at once.
+func runRemove(e *env, sc *subcommand, args []string, name string, del func(*client.Client, string) error) int {
+	fs := e.flagSet(name)
 	socket := socketFlag(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, -1)
 	if !ok {
@@ -807,7 +817,7 @@ func runSessionRemove(e *env, sc *subcommand, args []string) int {
 	c := e.client(*socket)
 	code := exitOK
 	for _, id := range pos {
-		if _, err := c.DeleteSession(e.ctx, id); err != nil {
+		if err := del(c, id); err != nil {
 			if e.ctx.Err() != nil {
 				return e.daemonError(err)
 			}
