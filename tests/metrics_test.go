@@ -233,4 +233,15 @@ func TestMetricsPoolAndSessions(t *testing.T) {
 	if after[k("jaild_sessions_live")] != 1 || after[k("jaild_sessions_running")] != 0 {
 		t.Errorf("sessions: live %g, running %g", after[k("jaild_sessions_live")], after[k("jaild_sessions_running")])
 	}
+	// The pool timed each jail it made: one of each kind to fill, then
+	// the one the run took (of either kind) is made again.
+	made := func(s metricstest.Samples) float64 {
+		return s[k("jaild_pool_refill_seconds_count", "kind", "preloaded")] + s[k("jaild_pool_refill_seconds_count", "kind", "plain")]
+	}
+	for _, kind := range []string{"preloaded", "plain"} {
+		if n, sum := before[k("jaild_pool_refill_seconds_count", "kind", kind)], before[k("jaild_pool_refill_seconds_sum", "kind", kind)]; n < 1 || sum <= 0 {
+			t.Errorf("%s refills before any run: %g taking %g s, want at least one that took time", kind, n, sum)
+		}
+	}
+	waitFor(t, 60*time.Second, "a refill after the warm run", func() bool { return made(scrape()) >= made(before)+1 })
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
 // netSection is the [network] configuration of the test daemons with
@@ -353,6 +354,36 @@ for i in range(12):
 print(res.count('ok'), sorted(set(res) - {'ok'}))`, internet)
 		if r.Stdout != "8 ['EHOSTUNREACH']\n" {
 			t.Errorf("stdout %q, want 8 connections (max_connections) and the rest refused", r.Stdout)
+		}
+	})
+
+	t.Run("refused packets are counted", func(t *testing.T) {
+		// Four UDP datagrams to three denied destinations and a port of
+		// the host: each is one refused packet, and the counter moves by
+		// exactly four (no other run is in flight). A refused TCP
+		// connection is one SYN or more (the kernel may retry once when
+		// the refusal arrives while connect() holds the socket), so it
+		// only has to move the counter.
+		key := metricstest.Key("jaild_egress_refused_packets_total")
+		before := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		code := fmt.Sprintf(`import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for a in (%q, %q, %q, %q):
+    s.sendto(b'x', (a, 9))
+`, forbidden[0], forbidden[1], forbidden[2], hostAddr(t))
+		if r := execNet(t, d, code, internet); r.Status != "ok" {
+			t.Fatalf("status %s, stderr %q", r.Status, r.Stderr)
+		}
+		mid := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		if got := mid - before; got != 4 {
+			t.Errorf("jaild_egress_refused_packets_total moved by %g for four datagrams, want 4", got)
+		}
+		r := execNet(t, d, probeCode+fmt.Sprintf("print(probe(%q))", forbidden[3]), internet)
+		if r.Stdout != "EHOSTUNREACH\n" {
+			t.Fatalf("stdout %q, want a refusal", r.Stdout)
+		}
+		if got := scrapeURL(t, d.client, "http://jaild/metrics")[key] - mid; got < 1 || got > 6 {
+			t.Errorf("jaild_egress_refused_packets_total moved by %g for one refused connection, want 1 to 6 SYNs", got)
 		}
 	})
 

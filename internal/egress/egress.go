@@ -424,6 +424,24 @@ type Usage struct {
 	BytesReceived uint64 // to the jail
 }
 
+// Refused is the number of runs' packets refused so far (a datagram, a
+// TCP SYN and any retry of it):
+// to a denied destination, to the host other than its resolver, past a
+// run's connection bound or outside its allowlist.
+func (m *Manager) Refused() (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, err := m.nft.GetObject(&nftables.CounterObj{Table: m.base.table, Name: refusedCounter})
+	if err != nil {
+		return 0, fmt.Errorf("egress: read the refused counter: %w", err)
+	}
+	c, ok := o.(*nftables.CounterObj)
+	if !ok {
+		return 0, fmt.Errorf("egress: refused counter: unexpected %T", o)
+	}
+	return c.Packets, nil
+}
+
 // Usage reads the run's traffic counters.
 func (r *Run) Usage() Usage {
 	l, err := netlink.LinkByName(r.link)
@@ -483,7 +501,7 @@ func (m *Manager) addRunRules(r *Run) error {
 	// allowlist (when there is one).
 	add(rc, rule(ipMatch(true, expr.CmpOpNeq, jail), drop), nil)
 	if m.cfg.MaxConns > 0 {
-		add(rc, rule(ctState(expr.CtStateBitNEW), &expr.Connlimit{Count: uint32(m.cfg.MaxConns), Flags: connlimitInvert}, reject), nil)
+		add(rc, rule(ctState(expr.CtStateBitNEW), &expr.Connlimit{Count: uint32(m.cfg.MaxConns), Flags: connlimitInvert}, countRefused, reject), nil)
 	}
 	if m.cfg.BytesPerSec > 0 {
 		add(rc, rule(overRate(m.cfg.BytesPerSec), drop), nil)
@@ -500,7 +518,7 @@ func (m *Manager) addRunRules(r *Run) error {
 			}
 		}
 		add(rc, rule(jump(r.allowChain.Name)), nil)
-		add(rc, rule(reject), nil)
+		add(rc, rule(countRefused, reject), nil)
 	}
 
 	tag := r.tag()

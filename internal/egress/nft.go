@@ -95,7 +95,14 @@ var (
 	// reject answers TCP with a reset and the rest with ICMP "administratively
 	// prohibited": a refused connection fails at once instead of timing out.
 	reject = &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+	// countRefused counts, in the table's named counter refusedCounter,
+	// a packet about to be rejected (a UDP datagram, a TCP SYN and any
+	// retry of it).
+	countRefused = &expr.Objref{Type: int(nftables.ObjTypeCounter), Name: refusedCounter}
 )
+
+// refusedCounter names the table's counter of refused packets.
+const refusedCounter = "refused"
 
 func jump(chain string) *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
 
@@ -125,13 +132,13 @@ type baseChains struct {
 // buildTable creates the daemon's table: every jail's host-side interface
 // starts with prefix, every jail address is in subnet.
 //
-//	input:       iifname prefix* jump dns; iifname prefix* reject
+//	input:       iifname prefix* jump dns; iifname prefix* count reject
 //	dns:         per run: iifname, saddr jail, daddr gateway, udp/tcp 53: accept
 //	forward:     iifname prefix* jump egress (which always decides);
 //	             oifname prefix* jump ingress; oifname prefix* drop;
 //	             [drop: when the host did not forward before the daemon]
 //	ingress:     per run: oifname jump i<slot>
-//	egress:      not IPv4: drop; each denied prefix: reject; jump runs; drop
+//	egress:      not IPv4: drop; each denied prefix: count reject; jump runs; drop
 //	runs:        per run: iifname jump r<slot>
 //	postrouting: saddr in subnet, oifname not prefix*: masquerade
 func buildTable(c *nftables.Conn, name, prefix string, subnet netip.Prefix, deny []netip.Prefix, dropOther bool) *baseChains {
@@ -146,9 +153,11 @@ func buildTable(c *nftables.Conn, name, prefix string, subnet netip.Prefix, deny
 	egress := c.AddChain(&nftables.Chain{Name: "egress", Table: t})
 	b.runs = c.AddChain(&nftables.Chain{Name: "runs", Table: t})
 
+	c.AddObj(&nftables.CounterObj{Table: t, Name: refusedCounter})
+
 	add := func(ch *nftables.Chain, e []expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
 	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("dns")))
-	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), reject))
+	add(b.input, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), countRefused, reject))
 
 	add(b.forward, rule(ifPrefix(expr.MetaKeyIIFNAME, prefix), jump("egress")))
 	add(b.forward, rule(ifPrefix(expr.MetaKeyOIFNAME, prefix), jump("ingress")))
@@ -159,7 +168,7 @@ func buildTable(c *nftables.Conn, name, prefix string, subnet netip.Prefix, deny
 
 	add(egress, rule(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop))
 	for _, p := range deny {
-		add(egress, rule(ipMatch(false, expr.CmpOpEq, p), reject))
+		add(egress, rule(ipMatch(false, expr.CmpOpEq, p), countRefused, reject))
 	}
 	add(egress, rule(jump("runs")))
 	add(egress, rule(drop))

@@ -97,6 +97,7 @@ type Engine struct {
 	alive            atomic.Int64  // jails created and not destroyed yet
 	teardownFailures atomic.Uint64 // teardowns that failed or overran their deadline
 	swept            atomic.Uint64 // jails of a predecessor removed by the start-up sweep
+	egressRefused    atomic.Uint64 // the last value read from Network.Refused
 
 	mu      sync.Mutex
 	closed  bool
@@ -255,11 +256,23 @@ type JailCounts struct {
 	Alive            int64  // jails created and not destroyed yet (warm ones and sessions included)
 	TeardownFailures uint64 // teardowns that failed or overran their deadline (their host id range stays out of use)
 	Swept            uint64 // jails of a predecessor removed by the start-up sweep
+	// EgressRefused counts runs' refused packets (0 without
+	// egress; see egress.Manager.Refused).
+	EgressRefused uint64
 }
 
 // JailCounts returns the engine's counts.
 func (e *Engine) JailCounts() JailCounts {
-	return JailCounts{Alive: e.alive.Load(), TeardownFailures: e.teardownFailures.Load(), Swept: e.swept.Load()}
+	c := JailCounts{Alive: e.alive.Load(), TeardownFailures: e.teardownFailures.Load(), Swept: e.swept.Load()}
+	if e.cfg.Network != nil {
+		// A counter never goes back: a failed read reports the last value.
+		if n, err := e.cfg.Network.Refused(); err == nil {
+			for last := e.egressRefused.Load(); n > last && !e.egressRefused.CompareAndSwap(last, n); last = e.egressRefused.Load() {
+			}
+		}
+		c.EgressRefused = e.egressRefused.Load()
+	}
+	return c
 }
 
 // LimitDaemonMemory sets memory.high of the daemon's own leaf cgroup

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jaild/jaild/internal/pool"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,6 +31,14 @@ const (
 // Pool is the warm pool's state (see run.PoolStats).
 type Pool struct {
 	Size, Ready, PlainSize, PlainReady int
+	// Refill and PlainRefill time the creations of each kind of jail.
+	Refill, PlainRefill pool.Refills
+}
+
+// Jails are the jail engine's counts (see jail.JailCounts).
+type Jails struct {
+	Alive                                  int64
+	TeardownFailures, Swept, EgressRefused uint64
 }
 
 // Sources are the daemon's state read at each scrape. A nil source has
@@ -39,7 +49,7 @@ type Sources struct {
 	Sessions  func() (live, running int)
 	Store     func() (bytes int64, files int)
 	Memory    func() (inUse, budget int64)
-	Jails     func() (alive int64, teardownFailures, swept uint64)
+	Jails     func() Jails
 }
 
 // Run is what the server knows of a run at its end.
@@ -151,6 +161,7 @@ func (m *Metrics) gauges(src Sources) {
 		gauge("jaild_pool_ready", "Preloaded warm jails ready to serve a run.", func() float64 { return float64(f().Ready) })
 		gauge("jaild_pool_plain_size", "Target number of plain warm jails (lint, format, commands).", func() float64 { return float64(f().PlainSize) })
 		gauge("jaild_pool_plain_ready", "Plain warm jails ready to serve a run.", func() float64 { return float64(f().PlainReady) })
+		m.reg.MustRegister(refillCollector(f))
 	}
 	if f := src.Sessions; f != nil {
 		gauge("jaild_sessions_live", "Sessions not ended (idle or running a call).", func() float64 { l, _ := f(); return float64(l) })
@@ -161,12 +172,13 @@ func (m *Metrics) gauges(src Sources) {
 		gauge("jaild_store_files", "Files in the file store.", func() float64 { _, n := f(); return float64(n) })
 	}
 	if f := src.Jails; f != nil {
-		gauge("jaild_jails_alive", "Jails that exist now: runs', sessions' and warm ones.", func() float64 { a, _, _ := f(); return float64(a) })
+		gauge("jaild_jails_alive", "Jails that exist now: runs', sessions' and warm ones.", func() float64 { return float64(f().Alive) })
 		counter := func(name, help string, v func() float64) {
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, v))
 		}
-		counter("jaild_jail_teardown_failures_total", "Jail teardowns that failed or overran their deadline (their host id range stays out of use until they end).", func() float64 { _, t, _ := f(); return float64(t) })
-		counter("jaild_sweep_jails_total", "Jails of a predecessor (a killed daemon) removed by the start-up sweep.", func() float64 { _, _, s := f(); return float64(s) })
+		counter("jaild_jail_teardown_failures_total", "Jail teardowns that failed or overran their deadline (their host id range stays out of use until they end).", func() float64 { return float64(f().TeardownFailures) })
+		counter("jaild_sweep_jails_total", "Jails of a predecessor (a killed daemon) removed by the start-up sweep.", func() float64 { return float64(f().Swept) })
+		counter("jaild_egress_refused_packets_total", "Packets of runs with egress refused: to a denied destination, to the host other than the run's resolver, past the run's connection bound or outside its allowlist. A refused UDP datagram is one; a refused TCP connection is its SYN and any retry.", func() float64 { return float64(f().EgressRefused) })
 	}
 	if f := src.Memory; f != nil {
 		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })
@@ -211,4 +223,36 @@ func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
 // Handler serves the registry in the Prometheus exposition formats.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, ErrorHandling: promhttp.ContinueOnError})
+}
+
+// refillCollector exports the warm pool's own histograms of creation
+// times, by kind of jail, and its failed creations.
+func refillCollector(f func() Pool) prometheus.Collector {
+	return &poolRefills{f: f,
+		hist:   prometheus.NewDesc("jaild_pool_refill_seconds", "Time to make one warm jail for the pool, by kind (preloaded: the interpreter with modules imported; plain: for lint, format and commands).", []string{"kind"}, nil),
+		failed: prometheus.NewDesc("jaild_pool_refill_failures_total", "Warm jails the pool failed to make, by kind.", []string{"kind"}, nil),
+	}
+}
+
+type poolRefills struct {
+	f            func() Pool
+	hist, failed *prometheus.Desc
+}
+
+func (c *poolRefills) Describe(ch chan<- *prometheus.Desc) { ch <- c.hist; ch <- c.failed }
+
+func (c *poolRefills) Collect(ch chan<- prometheus.Metric) {
+	p := c.f()
+	for kind, r := range map[string]pool.Refills{"preloaded": p.Refill, "plain": p.PlainRefill} {
+		buckets := make(map[float64]uint64, len(pool.RefillBuckets))
+		for i, b := range pool.RefillBuckets {
+			if i < len(r.Buckets) {
+				buckets[b] = r.Buckets[i]
+			} else {
+				buckets[b] = 0
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(c.hist, r.Count, r.Sum, buckets, kind)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(r.Failed), kind)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/jaild/jaild/internal/metrics/metricstest"
+	"github.com/jaild/jaild/internal/pool"
 )
 
 // full is a Metrics with every source, each run and refusal kind seen once,
@@ -22,11 +23,15 @@ func full(t *testing.T) *Metrics {
 	t.Helper()
 	m := New(Sources{
 		Admission: func() (int, int) { return 2, 3 },
-		Pool:      func() Pool { return Pool{Size: 4, Ready: 3, PlainSize: 2, PlainReady: 1} },
-		Sessions:  func() (int, int) { return 5, 1 },
-		Store:     func() (int64, int) { return 1000, 7 },
-		Memory:    func() (int64, int64) { return 10, 100 },
-		Jails:     func() (int64, uint64, uint64) { return 6, 1, 2 },
+		Pool: func() Pool {
+			return Pool{Size: 4, Ready: 3, PlainSize: 2, PlainReady: 1,
+				// 0.03 s and 0.7 s made, one failed.
+				Refill: pool.Refills{Count: 2, Sum: 0.73, Buckets: []uint64{0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, Failed: 1}}
+		},
+		Sessions: func() (int, int) { return 5, 1 },
+		Store:    func() (int64, int) { return 1000, 7 },
+		Memory:   func() (int64, int64) { return 10, 100 },
+		Jails:    func() Jails { return Jails{Alive: 6, TeardownFailures: 1, Swept: 2, EgressRefused: 9} },
 	})
 	m.Ran(OpExecute, Run{Status: "ok", Warm: true, Pooled: true, QueueWait: time.Millisecond, JailStart: time.Millisecond,
 		Duration: time.Second, Total: 2 * time.Second, EgressSent: 3, EgressReceived: 4})
@@ -50,7 +55,8 @@ func scrape(t *testing.T, m *Metrics) metricstest.Samples {
 }
 
 func TestValues(t *testing.T) {
-	s := scrape(t, full(t))
+	m := full(t)
+	s := scrape(t, m)
 	k := metricstest.Key
 	for key, want := range map[string]float64{
 		k("jaild_runs_total", "operation", "execute", "status", "ok", "warm", "true"):               1,
@@ -79,11 +85,18 @@ func TestValues(t *testing.T) {
 		k("jaild_jails_alive"):                                              6,
 		k("jaild_jail_teardown_failures_total"):                             1,
 		k("jaild_sweep_jails_total"):                                        2,
+		k("jaild_egress_refused_packets_total"):                             9,
+		k("jaild_pool_refill_seconds_count", "kind", "preloaded"):           2,
+		k("jaild_pool_refill_seconds_sum", "kind", "preloaded"):             0.73,
+		k("jaild_pool_refill_seconds_count", "kind", "plain"):               0,
+		k("jaild_pool_refill_failures_total", "kind", "preloaded"):          1,
+		k("jaild_pool_refill_failures_total", "kind", "plain"):              0,
 	} {
 		if got, ok := s[key]; !ok || got != want {
 			t.Errorf("%s = %g (present %v), want %g", key, got, ok, want)
 		}
 	}
+	checkRefillBuckets(t, m)
 	if _, ok := s[k("jaild_jail_start_seconds_count", "warm", "false")]; ok {
 		t.Error("a session call (no jail start) observed jaild_jail_start_seconds")
 	}
@@ -106,7 +119,7 @@ func TestNaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounded := map[string]bool{"operation": true, "status": true, "warm": true, "reason": true, "direction": true, "le": true}
+	bounded := map[string]bool{"operation": true, "status": true, "warm": true, "reason": true, "direction": true, "le": true, "kind": true}
 	for _, f := range fams {
 		name := f.GetName()
 		if !strings.HasPrefix(name, "jaild_") {
@@ -210,4 +223,32 @@ func TestDashboard(t *testing.T) {
 	}
 	names := slices.Sorted(maps.Keys(used))
 	t.Logf("the dashboard queries %d metrics: %s", len(names), strings.Join(names, " "))
+}
+
+// checkRefillBuckets: the pool's own buckets are exported as they are.
+func checkRefillBuckets(t *testing.T, m *Metrics) {
+	t.Helper()
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "jaild_pool_refill_seconds" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			if mt.GetLabel()[0].GetValue() != "preloaded" {
+				continue
+			}
+			got := map[float64]uint64{}
+			for _, b := range mt.GetHistogram().GetBucket() {
+				got[b.GetUpperBound()] = b.GetCumulativeCount()
+			}
+			if got[0.025] != 0 || got[0.05] != 1 || got[0.5] != 1 || got[1] != 2 || got[10] != 2 || len(got) != len(pool.RefillBuckets) {
+				t.Errorf("preloaded refill buckets %v", got)
+			}
+			return
+		}
+	}
+	t.Error("no jaild_pool_refill_seconds{kind=\"preloaded\"}")
 }

@@ -64,15 +64,16 @@ type Pool struct {
 	done   chan struct{}
 	drops  sync.WaitGroup // destroys of dead items
 
-	mu    sync.Mutex
-	ready map[Key][]Item
-	pause bool
+	mu      sync.Mutex
+	ready   map[Key][]Item
+	pause   bool
+	refills map[Key]*Refills
 }
 
 // New starts a pool that keeps cfg.Sizes items ready, made by create.
 func New(cfg Config, create Create) *Pool {
 	p := &Pool{cfg: cfg, create: create, log: cfg.Logger, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}}
+		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}, refills: map[Key]*Refills{}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -140,11 +141,40 @@ func (p *Pool) Kick() {
 type Stats struct {
 	Size, Ready map[Key]int
 	Paused      bool // under memory pressure
+	// Refills are the creations of items of each key since the start.
+	Refills map[Key]Refills
+}
+
+// RefillBuckets are the upper bounds, in seconds, of Refills.Buckets: a
+// plain jail starts in tens of milliseconds, a preloaded one imports its
+// modules for up to a few seconds.
+var RefillBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Refills is a histogram of the time creations of one key took.
+type Refills struct {
+	Count   uint64   // items made
+	Sum     float64  // seconds they took together
+	Buckets []uint64 // items made within each of RefillBuckets (cumulative)
+	Failed  uint64   // creations that failed (not counted above)
+}
+
+func (r *Refills) observe(d time.Duration) {
+	if r.Buckets == nil {
+		r.Buckets = make([]uint64, len(RefillBuckets))
+	}
+	sec := d.Seconds()
+	r.Count++
+	r.Sum += sec
+	for i, b := range RefillBuckets {
+		if sec <= b {
+			r.Buckets[i]++
+		}
+	}
 }
 
 // Stats describes the pool.
 func (p *Pool) Stats() Stats {
-	st := Stats{Size: map[Key]int{}, Ready: map[Key]int{}}
+	st := Stats{Size: map[Key]int{}, Ready: map[Key]int{}, Refills: map[Key]Refills{}}
 	if p == nil {
 		return st
 	}
@@ -153,6 +183,11 @@ func (p *Pool) Stats() Stats {
 	for _, s := range p.cfg.Sizes {
 		st.Size[s.Key] = s.N
 		st.Ready[s.Key] = len(p.ready[s.Key])
+		if r := p.refills[s.Key]; r != nil {
+			c := *r
+			c.Buckets = append([]uint64(nil), r.Buckets...)
+			st.Refills[s.Key] = c
+		}
 	}
 	st.Paused = p.pause
 	return st
@@ -197,7 +232,9 @@ func (p *Pool) loop() {
 			it.Destroy()
 		}
 		if !pressure && need > 0 {
+			began := time.Now()
 			it, err := p.create(key, p.stop)
+			took := time.Since(began)
 			select {
 			case <-p.stop:
 				if it != nil {
@@ -206,12 +243,22 @@ func (p *Pool) loop() {
 				return // an item cut short by the stop is no error
 			default:
 			}
+			p.mu.Lock()
+			r := p.refills[key]
+			if r == nil {
+				r = &Refills{}
+				p.refills[key] = r
+			}
+			if err != nil {
+				r.Failed++
+			} else {
+				r.observe(took)
+				p.ready[key] = append(p.ready[key], it)
+			}
+			p.mu.Unlock()
 			if err != nil {
 				p.log.Error("warm pool: create", "image", key.Image, "kind", key.Kind, "err", err)
 			} else {
-				p.mu.Lock()
-				p.ready[key] = append(p.ready[key], it)
-				p.mu.Unlock()
 				continue // more may be needed
 			}
 		}

@@ -157,3 +157,43 @@ func TestNilAndEmptyPool(t *testing.T) {
 	}
 	e.Close()
 }
+
+// TestRefillsTimed: every creation is counted once in its key's refill
+// histogram, failures apart; the buckets are cumulative.
+func TestRefillsTimed(t *testing.T) {
+	f := &factory{block: make(chan struct{})}
+	p := New(Config{Sizes: []Size{{a, 2}, {b, 1}}, MinAvailableBytes: 1}, f.create)
+	defer p.Close()
+	time.Sleep(30 * time.Millisecond) // the first creation waits ≥ 30 ms
+	close(f.block)
+	waitFull(t, p)
+	st := p.Stats()
+	ra, rb := st.Refills[a], st.Refills[b]
+	if ra.Count != 2 || rb.Count != 1 || ra.Failed != 0 {
+		t.Fatalf("refills a %+v b %+v; want 2 and 1 made", ra, rb)
+	}
+	if ra.Sum+rb.Sum < 0.03 {
+		t.Errorf("sum %g s, want ≥ 0.03 s (one creation waited 30 ms)", ra.Sum+rb.Sum)
+	}
+	for _, r := range []Refills{ra, rb} {
+		if len(r.Buckets) != len(RefillBuckets) || r.Buckets[len(r.Buckets)-1] != r.Count {
+			t.Errorf("buckets %v for %d items", r.Buckets, r.Count)
+		}
+		for i := 1; i < len(r.Buckets); i++ {
+			if r.Buckets[i] < r.Buckets[i-1] {
+				t.Errorf("buckets %v not cumulative", r.Buckets)
+			}
+		}
+	}
+	f.fail.Store(true)
+	p.Take(a)
+	p.Kick()
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Refills[a].Failed == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a failed creation was not counted")
+		}
+	}
+	if got := p.Stats().Refills[a].Count; got != 2 {
+		t.Errorf("count %d after a failure, want 2", got)
+	}
+}

@@ -46,6 +46,8 @@ type PoolStats struct {
 	PlainSize, PlainReady int
 	Preimport             []string
 	Paused                bool // under memory pressure
+	// Refill and PlainRefill time the creations of each kind.
+	Refill, PlainRefill pool.Refills
 }
 
 // The kinds of warm jail.
@@ -62,7 +64,7 @@ func (s *Service) PoolStats() PoolStats {
 	pre, pl := s.key(preloaded), s.key(plain)
 	return PoolStats{
 		Size: st.Size[pre], Ready: st.Ready[pre], PlainSize: st.Size[pl], PlainReady: st.Ready[pl],
-		Preimport: s.cfg.Preimport, Paused: st.Paused,
+		Preimport: s.cfg.Preimport, Paused: st.Paused, Refill: st.Refills[pre], PlainRefill: st.Refills[pl],
 	}
 }
 

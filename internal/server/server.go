@@ -132,13 +132,13 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 		Admission: s.adm.Usage,
 		Pool: func() metrics.Pool {
 			p := engine.PoolStats()
-			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady}
+			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady, Refill: p.Refill, PlainRefill: p.PlainRefill}
 		},
 		Sessions: s.sessions.Counts,
 		Memory:   func() (int64, int64) { return s.budget.inUse(), s.budget.max },
-		Jails: func() (int64, uint64, uint64) {
+		Jails: func() metrics.Jails {
 			c := engine.JailCounts()
-			return c.Alive, c.TeardownFailures, c.Swept
+			return metrics.Jails{Alive: c.Alive, TeardownFailures: c.TeardownFailures, Swept: c.Swept, EgressRefused: c.EgressRefused}
 		},
 	}
 	if s.files != nil {
