@@ -31,8 +31,11 @@ PREFIX       ?= /usr/local
 APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap squashfs-tools systemd curl unzip iproute2
 # The Debian package and the systemd + cgroup v2 test VM.
 VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
+# What test-host needs besides: Debian's Chromium, which tests/web_test.go
+# drives (playwright-core) through the web playground.
+TEST_PACKAGES := chromium
 
-.PHONY: help deps vm-deps build rootfs groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
+.PHONY: help deps vm-deps test-deps web build rootfs groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -58,6 +61,15 @@ vm-deps: deps ## install what make deb and make vm-test need (root; Debian/Ubunt
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+test-deps: deps ## install what make test-host needs besides deps: Chromium for the playground's browser test (root; Debian/Ubuntu)
+	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+web: ## rebuild the playground's page internal/web/dist from internal/web/ui (npm ci + esbuild; node >= 20, else fetched from the npm registry)
+	bash internal/web/ui/build.sh
 
 build: deps ## build bin/jaild, bin/jailctl and bin/jailbench
 	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
@@ -91,7 +103,7 @@ test-unit: ## every test that needs neither root nor the rootfs, fuzz seeds incl
 
 test: test-host vm-test ## every test: the host's (real jails), then the systemd + cgroup v2 VM's (root)
 
-test-host: deps rootfs vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
+test-host: deps test-deps rootfs vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
 	$(MAKE) --no-print-directory mcp-conformance

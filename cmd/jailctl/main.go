@@ -56,6 +56,7 @@ func init() {
 		{"health", "[flags]", "check that the daemon is serving", "", runHealth},
 		{"doctor", "[flags]", "check the host, the image and the socket before use; each failed check names its fix", doctorHelp, runDoctor},
 		{"mcp", "[flags]", "serve the daemon's tools to AI agents over MCP (stdio, or --http)", mcpHelp, runMCP},
+		{"web", "[flags]", "serve a playground page: an editor to run, lint and format code, and the API reference", webHelp, runWeb},
 		{"version", "", "print jailctl's version", "", runVersion},
 	}
 }

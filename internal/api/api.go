@@ -135,7 +135,7 @@ type LintResponse struct {
 
 // Diagnostic is one ruff finding, mapped from ruff's JSON output.
 type Diagnostic struct {
-	Code        string   `json:"code"` // "syntax-error" for a syntax error
+	Code        string   `json:"code"` // "invalid-syntax" for a syntax error
 	Message     string   `json:"message"`
 	Location    Location `json:"location"`
 	EndLocation Location `json:"end_location"`

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jaild/jaild/internal/loopback"
 )
 
 // Path is where the Streamable HTTP endpoint is served.
@@ -16,39 +18,15 @@ const Path = "/mcp"
 
 // ErrNotLoopback is returned by Listen for an address that is not a
 // loopback one when remote clients are not allowed.
-var ErrNotLoopback = errors.New("not a loopback address")
+var ErrNotLoopback = loopback.ErrNotLoopback
 
 // Listen listens on addr (HOST:PORT; port 0 picks a free one) for
 // ServeHTTP. The server has no authentication, and whoever reaches it runs
 // code as its caller of the daemon, so unless allowRemote the host must be
 // a loopback address or "localhost", and the address bound must be one
-// too; otherwise the error wraps ErrNotLoopback.
+// too; otherwise the error wraps ErrNotLoopback (see loopback.Listen).
 func Listen(addr string, allowRemote bool) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("address %q: want HOST:PORT: %w", addr, err)
-	}
-	if !allowRemote && !isLoopback(host) {
-		return nil, fmt.Errorf("address %q: %w", addr, ErrNotLoopback)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if tcp, ok := l.Addr().(*net.TCPAddr); !allowRemote && (!ok || !tcp.IP.IsLoopback()) {
-		// "localhost" resolved to something else.
-		l.Close()
-		return nil, fmt.Errorf("address %q bound %s: %w", addr, l.Addr(), ErrNotLoopback)
-	}
-	return l, nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback.Listen(addr, allowRemote)
 }
 
 // Handler returns the Streamable HTTP endpoint at Path; other paths are

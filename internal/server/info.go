@@ -45,6 +45,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	}
 	ps := s.engine.PoolStats()
 	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, PlainSize: ps.PlainSize, PlainReady: ps.PlainReady, Paused: ps.Paused}
+	if info.Rootfs.PythonPackages == nil {
+		info.Rootfs.PythonPackages = map[string]string{}
+	}
 	if info.Pool.Preimport == nil {
 		info.Pool.Preimport = []string{}
 	}

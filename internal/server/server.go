@@ -285,52 +285,72 @@ func WithCaller(h http.Handler, caller admission.Caller) http.Handler {
 	})
 }
 
+// route is one endpoint of the API: a method and a path pattern of the
+// standard library's ServeMux, and its handler.
+type route struct {
+	method, path string
+	h            func(http.ResponseWriter, *http.Request) error
+}
+
+// routes are the API's endpoints, each described in api.OpenAPI's
+// document (a test holds the two together). A GET serves HEAD too.
+func (s *Server) routes() []route {
+	prom := s.metrics.Handler()
+	return []route{
+		{http.MethodPost, "/v1/execute", s.execute},
+		{http.MethodPost, "/v1/lint", s.lint},
+		{http.MethodPost, "/v1/format", s.format},
+		{http.MethodGet, "/v1/info", s.info},
+		{http.MethodGet, "/v1/health", s.health},
+		{http.MethodGet, "/v1/openapi.json", s.openapi},
+		{http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) error {
+			prom.ServeHTTP(w, r)
+			return nil
+		}},
+		{http.MethodPost, "/v1/sessions", s.createSession},
+		{http.MethodGet, "/v1/sessions", s.listSessions},
+		{http.MethodPost, "/v1/sessions/{id}/execute", s.sessionExecute},
+		{http.MethodPost, "/v1/sessions/{id}/interrupt", s.interruptSession},
+		{http.MethodGet, "/v1/sessions/{id}", s.getSession},
+		{http.MethodDelete, "/v1/sessions/{id}", s.deleteSession},
+		{http.MethodPost, "/v1/files", s.uploadFile},
+		{http.MethodGet, "/v1/files", s.listFiles},
+		{http.MethodGet, "/v1/files/{id}", s.getFile},
+		{http.MethodDelete, "/v1/files/{id}", s.deleteFile},
+		{http.MethodGet, "/v1/files/{id}/meta", s.getFileMeta},
+	}
+}
+
 // Handler returns the API's routes (the standard library's method and
 // path patterns). Every error, 404 and 405 included, goes out through
 // writeError in the one JSON shape.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	handle := func(method, path string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
-			if err := h(w, r); err != nil {
+	allow := map[string][]string{} // by path: the methods it takes
+	var paths []string
+	for _, rt := range s.routes() {
+		mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if err := rt.h(w, r); err != nil {
 				s.writeError(w, r, err)
 			}
 		})
-		allow := method
-		if method == http.MethodGet {
-			allow = "GET, HEAD" // a GET pattern serves HEAD too
+		if allow[rt.path] == nil {
+			paths = append(paths, rt.path)
 		}
-		// The path without a method catches every other method.
-		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", allow)
-			s.writeError(w, r, errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", path, method, r.Method))
+		allow[rt.path] = append(allow[rt.path], rt.method)
+		if rt.method == http.MethodGet {
+			allow[rt.path] = append(allow[rt.path], http.MethodHead) // a GET pattern serves HEAD too
+		}
+	}
+	// The path without a method catches every other method.
+	for _, p := range paths {
+		slices.Sort(allow[p])
+		methods := strings.Join(allow[p], ", ")
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", methods)
+			s.writeError(w, r, errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", p, methods, r.Method))
 		})
 	}
-	handle(http.MethodPost, "/v1/execute", s.execute)
-	handle(http.MethodPost, "/v1/lint", s.lint)
-	handle(http.MethodPost, "/v1/format", s.format)
-	handle(http.MethodGet, "/v1/info", s.info)
-	handle(http.MethodGet, "/v1/health", s.health)
-	promHandler := s.metrics.Handler()
-	handle(http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) error {
-		promHandler.ServeHTTP(w, r)
-		return nil
-	})
-	handle2(mux, s, "/v1/sessions", map[string]func(http.ResponseWriter, *http.Request) error{
-		http.MethodPost: s.createSession, http.MethodGet: s.listSessions,
-	})
-	handle(http.MethodPost, "/v1/sessions/{id}/execute", s.sessionExecute)
-	handle(http.MethodPost, "/v1/sessions/{id}/interrupt", s.interruptSession)
-	handle2(mux, s, "/v1/sessions/{id}", map[string]func(http.ResponseWriter, *http.Request) error{
-		http.MethodGet: s.getSession, http.MethodDelete: s.deleteSession,
-	})
-	handle2(mux, s, "/v1/files", map[string]func(http.ResponseWriter, *http.Request) error{
-		http.MethodPost: s.uploadFile, http.MethodGet: s.listFiles,
-	})
-	handle2(mux, s, "/v1/files/{id}", map[string]func(http.ResponseWriter, *http.Request) error{
-		http.MethodGet: s.getFile, http.MethodDelete: s.deleteFile,
-	})
-	handle(http.MethodGet, "/v1/files/{id}/meta", s.getFileMeta)
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.ErrNotFound, "no endpoint %s (see GET /v1/info)", trimHeader(r.URL.Path)))
 	}
@@ -343,27 +363,6 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
-}
-
-// handle2 routes a path that takes several methods; the others get 405.
-func handle2(mux *http.ServeMux, s *Server, path string, hs map[string]func(http.ResponseWriter, *http.Request) error) {
-	var allow []string
-	for method, h := range hs {
-		mux.HandleFunc(method+" "+path, func(w http.ResponseWriter, r *http.Request) {
-			if err := h(w, r); err != nil {
-				s.writeError(w, r, err)
-			}
-		})
-		allow = append(allow, method)
-		if method == http.MethodGet {
-			allow = append(allow, http.MethodHead)
-		}
-	}
-	slices.Sort(allow)
-	mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, r, errdefs.New(errdefs.ErrMethodNotAllowed, "%s takes %s, not %s", path, strings.Join(allow, ", "), r.Method))
 	})
 }
 
@@ -487,5 +486,12 @@ func decodeError(err error, limit int64) error {
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	return nil
+}
+
+// openapi serves the API's OpenAPI document.
+func (s *Server) openapi(w http.ResponseWriter, _ *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(api.OpenAPI())
 	return nil
 }
