@@ -35,7 +35,7 @@ VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 # drives (playwright-core) through the web playground.
 TEST_PACKAGES := chromium
 
-.PHONY: help deps vm-deps test-deps web build rootfs groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
+.PHONY: help deps vm-deps test-deps web build rootfs rootfs-images groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -74,8 +74,11 @@ web: ## rebuild the playground's page internal/web/dist from internal/web/ui (np
 build: deps ## build bin/jaild, bin/jailctl and bin/jailbench
 	$(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-rootfs: deps ## build the Python rootfs image (root; a no-op when the recipe is unchanged)
+rootfs: deps ## build the default Python rootfs image, python (root; a no-op when the recipe is unchanged)
 	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE)
+
+rootfs-images: deps ## build every image of rootfs/images: python, python-minimal, python-ml (root; each a no-op when unchanged)
+	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE) all
 
 vet: lint ## gofmt, go vet and golangci-lint (.golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -103,8 +106,8 @@ test-unit: ## every test that needs neither root nor the rootfs, fuzz seeds incl
 
 test: test-host vm-test ## every test: the host's (real jails), then the systemd + cgroup v2 VM's (root)
 
-test-host: deps test-deps rootfs vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
-	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
+test-host: deps test-deps rootfs rootfs-images vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
+	JAILD_IMAGE_DIR=$(IMAGE_DIR) JAILD_IMAGES_DIR=$(ROOTFS_CACHE) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
 	$(MAKE) --no-print-directory mcp-conformance
 	$(MAKE) --no-print-directory fuzz

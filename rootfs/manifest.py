@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import pathlib
 import platform
+import re
 import subprocess
 
 
@@ -36,6 +37,8 @@ def python_distributions(debian_packages):
     """{distribution name: version} of the Python distributions that the given
     Debian packages ship (found through their .dist-info/.egg-info dirs)."""
     dists = {}
+    if not debian_packages:
+        return dists
     for path in dpkg_query("-L", *debian_packages).splitlines():
         if "/dist-packages/" in path and path.endswith((".dist-info", ".egg-info")):
             dist = importlib.metadata.PathDistribution(pathlib.Path(path))
@@ -46,19 +49,55 @@ def python_distributions(debian_packages):
     return dict(sorted(dists.items(), key=lambda item: item[0].lower()))
 
 
+REQ_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+HASH = re.compile(r"--hash[= ]sha256:([0-9a-f]{64})")
+
+
+def wheels(requirement_files):
+    """The wheels installed from wheelhouses: each requirement (NAME==VERSION
+    with its --hash values, build.sh checked the form) with the version the
+    image really has, in requirements order."""
+    out = []
+    for path in requirement_files:
+        text = pathlib.Path(path).read_text()
+        text = re.sub(r"\\\n", " ", text)
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            m = REQ_LINE.match(line)
+            if not m:
+                raise SystemExit(f"manifest.py: requirement {line!r} is not NAME==VERSION")
+            name, pinned = m.groups()
+            try:
+                installed = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                raise SystemExit(f"manifest.py: {name} is in requirements but not installed")
+            if installed != pinned:
+                raise SystemExit(f"manifest.py: {name} {installed} installed, {pinned} pinned")
+            out.append({
+                "name": name,
+                "version": installed,
+                "sha256": ["sha256:" + h for h in HASH.findall(line)],
+            })
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--requirements", action="append", default=[])
     parser.add_argument("--recipe-digest", required=True)
     parser.add_argument("--image-digest", required=True)
     parser.add_argument("--image-size", required=True, type=int)
     parser.add_argument("--suite", required=True)
     parser.add_argument("--built-at", required=True)
-    parser.add_argument("python_packages", nargs="+", metavar="DEBIAN_PACKAGE")
+    parser.add_argument("python_packages", nargs="*", metavar="DEBIAN_PACKAGE")
     args = parser.parse_args()
 
     manifest = {
         "schema": 1,
-        "name": "python",
+        "name": args.name,
         "recipe_digest": "sha256:" + args.recipe_digest,
         "image_digest": "sha256:" + args.image_digest,
         "image_size_bytes": args.image_size,
@@ -66,6 +105,7 @@ def main():
         "debian_suite": args.suite,
         "packages": installed_packages(),
         "python_packages": python_distributions(args.python_packages),
+        "wheels": wheels(args.requirements),
         "runner": "/opt/jaild/runner.py",
         "init": "/opt/jaild/init",
         "built_at": args.built_at,

@@ -694,8 +694,12 @@ def flush_files():
     those are listed: what came before is frozen, see main)."""
     import io
 
-    writers = [o for o in gc.get_objects() if isinstance(o, (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom))]
-    writers.sort(key=lambda o: not isinstance(o, io.TextIOWrapper))  # text layers first
+    # type(), not isinstance(): isinstance falls back to an object's
+    # __class__, which the user's code (or a library's lazy or deprecated
+    # object: torch's warned) can make run code, warn or raise.
+    kinds = (io.TextIOWrapper, io.BufferedWriter, io.BufferedRandom)
+    writers = [o for o in gc.get_objects() if issubclass(type(o), kinds)]
+    writers.sort(key=lambda o: not issubclass(type(o), io.TextIOWrapper))  # text layers first
     for f in writers:
         try:
             if not f.closed:
