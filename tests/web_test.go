@@ -138,9 +138,12 @@ func startWeb(t *testing.T, d *daemon) string {
 // TestWebPlayground drives `jailctl web` in Debian's Chromium through
 // playwright-core (tests/web/playground.mjs) against a real daemon:
 // output and an inline figure, an exception's line marked in the editor,
-// a timeout from the limits inputs, a returned file downloaded, a lint finding marked on its line,
-// Format, the API reference, and the refusal of requests without the
-// token, with a foreign Host or from another origin. With
+// a timeout from the limits inputs, a returned file downloaded, a lint
+// finding marked on its line and a syntax error marked as an error,
+// Format, the API reference, no cookie in the browser and a reload that
+// keeps working (the token stays in the URL), and the refusal of the page
+// and the API without the token, with a wrong one, with a foreign Host or
+// from another origin. With
 // JAILD_WEB_SCREENSHOT=FILE.png it saves the page after the figure's run
 // (docs/playground.png).
 func TestWebPlayground(t *testing.T) {
@@ -201,12 +204,22 @@ func TestWebPlayground(t *testing.T) {
 			}
 			Gutter int
 		}
+		SyntaxMarks struct {
+			Errors int
+			List   string
+		}
 		Formatted string
 		Reference struct {
 			Ops     []string
 			Schemas int
 		}
-		Refusals map[string]struct {
+		Cookies []json.RawMessage
+		Reload  struct {
+			Status int
+			URL    string
+		}
+		ReloadStdout string
+		Refusals     map[string]struct {
 			Status int
 			Type   string
 		}
@@ -215,7 +228,7 @@ func TestWebPlayground(t *testing.T) {
 		t.Fatalf("playground.mjs printed %q: %v", out, err)
 	}
 	t.Logf("saw: %s", out)
-	if strings.Contains(seen.Landed, "token=") || !strings.Contains(seen.Stdout, "lowest of the damped cosine:") ||
+	if seen.Landed != url || !strings.Contains(seen.Stdout, "lowest of the damped cosine:") ||
 		!seen.Figure.PNG || seen.Figure.Width == 0 || seen.Figure.Height == 0 {
 		t.Errorf("the run with a figure: landed on %s, stdout %q, figure %+v", seen.Landed, seen.Stdout, seen.Figure)
 	}
@@ -231,13 +244,22 @@ func TestWebPlayground(t *testing.T) {
 	if len(seen.LintMarks.Ranges) != 1 || seen.LintMarks.Ranges[0].Line != 1 || seen.LintMarks.Gutter != 1 {
 		t.Errorf("lint marks %+v: want one, on line 1", seen.LintMarks)
 	}
+	if seen.SyntaxMarks.Errors == 0 || !strings.Contains(seen.SyntaxMarks.List, "invalid-syntax") {
+		t.Errorf("a syntax error's marks %+v: want invalid-syntax marked as an error", seen.SyntaxMarks)
+	}
 	if seen.Formatted != "x = [1, 2, 3]\nprint(x)\n" {
 		t.Errorf("formatted %q", seen.Formatted)
 	}
 	if len(seen.Reference.Ops) == 0 || seen.Reference.Schemas == 0 {
 		t.Errorf("the API reference: %+v", seen.Reference)
 	}
-	for _, k := range []string{"noToken", "wrongToken", "pageNoToken", "foreignHost", "crossOrigin"} {
+	if seen.Cookies == nil || len(seen.Cookies) != 0 {
+		t.Errorf("the browser's cookies %s: want none (a cookie reaches every port of the host)", seen.Cookies)
+	}
+	if seen.Reload.Status != 200 || seen.Reload.URL != url || seen.ReloadStdout != "42\n" {
+		t.Errorf("the reload: %+v, then stdout %q: want the page at the printed URL and a run printing 42", seen.Reload, seen.ReloadStdout)
+	}
+	for _, k := range []string{"noToken", "wrongToken", "pageNoToken", "pageWrongToken", "foreignHost", "crossOrigin"} {
 		if r := seen.Refusals[k]; r.Status != 403 || r.Type != "forbidden" {
 			t.Errorf("%s: %+v, want 403 forbidden", k, r)
 		}

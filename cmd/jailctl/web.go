@@ -12,9 +12,11 @@ const webHelp = `Serves a playground page: a Python editor whose code runs, lint
 formats in the daemon's jails, with the output, the exception's line
 marked, figures inline, returned files to download, the limits to set,
 and the API reference. It prints the URL to open; the URL holds a random
-token that every request needs, because whoever uses the page runs code
-as you. It listens on a loopback address unless --allow-remote, and runs
-until it is interrupted.`
+token that the page and its API need, because whoever uses the page runs
+code as you. The token stays in the address bar (a reload works) and is
+never stored in a cookie; keep the URL to yourself. It listens on a
+loopback address unless --allow-remote, and runs until it is
+interrupted.`
 
 func runWeb(e *env, args []string) int {
 	fs := e.flagSet("web")

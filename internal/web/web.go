@@ -5,19 +5,24 @@
 // /api/ that forwards each call to the daemon through package client, as
 // the uid that started jailctl.
 //
-// Whoever reaches the port acts as that uid, so every request needs the
-// server's random token: the page gets it from the URL the server prints
-// (then from a cookie), and the API only from the X-Jaild-Token header,
-// which no other site's page can set. Unless remote clients are allowed,
-// a Host that is not a loopback name is refused (DNS rebinding), and a
-// cross-origin POST always is.
+// Whoever reaches the port acts as that uid, so the page and the API need
+// the server's random token: the page in the query of the URL the server
+// prints (kept in the address bar, so a reload works; the page is served
+// with Referrer-Policy no-referrer, so the token never leaves in a
+// Referer), the API in the X-Jaild-Token header, which no other site's
+// page can set; the page hands its script the token in a meta tag. No
+// cookie is ever set: browsers do not keep cookies apart by port, so
+// another server on the same host would receive it. The assets under
+// /assets/ are the public bundle, the same in every jailctl, and are
+// served without the token. Unless remote clients are allowed, a Host that
+// is not a loopback name is refused (DNS rebinding), and a cross-origin
+// POST always is.
 package web
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -50,14 +55,13 @@ const TokenHeader = "X-Jaild-Token"
 const MaxBodyBytes = 4 << 20
 
 // tokenPlaceholder is replaced by the token in index.html, where the
-// page's script reads it (the cookie is HttpOnly).
+// page's script reads it.
 const tokenPlaceholder = "__JAILD_TOKEN__"
 
 // Server is the playground of one jailctl web process.
 type Server struct {
 	client      *client.Client
 	token       string
-	cookie      string // the cookie's name: the token's, so two servers on one host keep theirs
 	allowRemote bool
 	assets      fs.FS
 }
@@ -74,12 +78,9 @@ func New(c *client.Client, allowRemote bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	token := hex.EncodeToString(b)
-	sum := sha256.Sum256([]byte(token))
 	return &Server{
 		client:      c,
-		token:       token,
-		cookie:      "jaild_web_" + hex.EncodeToString(sum[:6]),
+		token:       hex.EncodeToString(b),
 		allowRemote: allowRemote,
 		assets:      assets,
 	}, nil
@@ -90,7 +91,8 @@ func (s *Server) URL(addr net.Addr) string {
 	return "http://" + addr.String() + "/?token=" + s.token
 }
 
-// Handler serves the page, its assets and the API. Every error is the
+// Handler serves the page (GET /?token=TOKEN), its assets (GET
+// /assets/NAME, no token) and the API (TokenHeader). Every error is the
 // daemon's JSON error body: 403 forbidden for a missing or wrong token, a
 // Host that is not loopback or a cross-origin request; 413 too_large for a
 // body over MaxBodyBytes; the daemon's own status and body for what it
@@ -129,38 +131,27 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// authenticate lets through requests with the token: in TokenHeader
-// anywhere, and for the page and its assets also in the cookie, or in the
-// query, which sets the cookie and redirects to the URL without it (out
-// of the history and the address bar).
+// authenticate lets through GETs of the assets, which hold no secret, and
+// requests with the token: in TokenHeader anywhere (the page's script
+// sends it there), and for pages also in the query, where the URL jailctl
+// web printed has it. The API takes the header only, so that its calls
+// come from a script of the page, never from a link or form (the
+// cross-origin check stops other sites' scripts).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.valid(r.Header.Get(TokenHeader)) {
+		isAPI := strings.HasPrefix(r.URL.Path, "/api/")
+		switch {
+		case (r.Method == http.MethodGet || r.Method == http.MethodHead) && path.Dir(r.URL.Path) == "/assets" && path.Clean(r.URL.Path) == r.URL.Path,
+			s.valid(r.Header.Get(TokenHeader)),
+			!isAPI && s.valid(r.URL.Query().Get("token")):
 			next.ServeHTTP(w, r)
-			return
-		}
-		page := r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/api/")
-		if c, err := r.Cookie(s.cookie); page && err == nil && s.valid(c.Value) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if q := r.URL.Query(); page && q.Has("token") {
-			if !s.valid(q.Get("token")) {
-				writeError(w, errdefs.New(errdefs.ErrForbidden, "wrong token: open the URL jailctl web printed"))
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
-			return
-		}
-		if page {
+		case isAPI:
+			writeError(w, errdefs.New(errdefs.ErrForbidden, "no token: send the token jailctl web printed in the %s header", TokenHeader))
+		case r.URL.Query().Has("token"):
+			writeError(w, errdefs.New(errdefs.ErrForbidden, "wrong token: open the URL jailctl web printed"))
+		default:
 			writeError(w, errdefs.New(errdefs.ErrForbidden, "no token: open the URL jailctl web printed (http://HOST:PORT/?token=...)"))
-			return
 		}
-		writeError(w, errdefs.New(errdefs.ErrForbidden, "no token: send the token jailctl web printed in the %s header", TokenHeader))
 	})
 }
 
@@ -190,10 +181,22 @@ func (s *Server) asset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.New(errdefs.ErrNotFound, "no asset %q", name))
 		return
 	}
-	if ct := mime.TypeByExtension(path.Ext(name)); ct != "" {
-		w.Header().Set("Content-Type", ct)
+	ct, ok := assetTypes[path.Ext(name)]
+	if !ok {
+		ct = "application/octet-stream"
 	}
+	w.Header().Set("Content-Type", ct)
 	_, _ = w.Write(b)
+}
+
+// assetTypes are the assets' Content-Types, fixed here rather than taken
+// from mime.TypeByExtension, which reads the host's /etc/mime.types.
+var assetTypes = map[string]string{
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".html": "text/html; charset=utf-8",
+	".svg":  "image/svg+xml",
+	".png":  "image/png",
 }
 
 // forward returns a handler that decodes the request body as a T (one

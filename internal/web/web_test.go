@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
@@ -117,51 +118,39 @@ func TestToken(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s.token) || s.token == other.token {
 		t.Fatalf("tokens %q and %q: want two different 32-byte hex strings", s.token, other.token)
 	}
-	if s.cookie == other.cookie {
-		t.Errorf("two servers share the cookie name %q", s.cookie)
-	}
 	if u := s.URL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}); u != "http://127.0.0.1:8080/?token="+s.token {
 		t.Errorf("URL %q", u)
 	}
 	h := s.Handler()
 
-	// The page: no token, a wrong one, another server's.
-	for _, target := range []string{"/", "/?token=", "/?token=" + strings.Repeat("0", 64), "/?token=" + other.token, "/assets/app.js"} {
+	// The page: no token, an empty, a wrong one, another server's, one
+	// in a cookie (as the playground once set it).
+	for _, target := range []string{"/", "/?x=1", "/?token=", "/?token=" + strings.Repeat("0", 64), "/?token=" + other.token, "/?token=" + s.token[:63]} {
 		wantError(t, "GET "+target, do(h, req("GET", target, "", "")), 403, "forbidden", "", "token")
 	}
-	// The right token in the URL: a cookie, and the URL without it.
-	w := do(h, req("GET", "/?token="+s.token+"&x=1", "", ""))
-	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/?x=1" {
-		t.Fatalf("GET /?token=…: %d to %q, want 303 to /?x=1", w.Code, w.Header().Get("Location"))
-	}
-	cookies := w.Result().Cookies()
-	if len(cookies) != 1 || cookies[0].Name != s.cookie || cookies[0].Value != s.token || !cookies[0].HttpOnly ||
-		cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" {
-		t.Fatalf("cookies %+v: want one HttpOnly SameSite=Strict cookie with the token", cookies)
-	}
-	// The cookie serves the page, with the token for its script.
 	r := req("GET", "/", "", "")
-	r.AddCookie(cookies[0])
-	w = do(h, r)
-	if w.Code != 200 || !strings.Contains(w.Body.String(), `<meta name="jaild-token" content="`+s.token+`">`) ||
-		strings.Contains(w.Body.String(), tokenPlaceholder) {
-		t.Errorf("GET / with the cookie: %d, want the page with the token in its meta tag", w.Code)
-	}
-	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
-		t.Errorf("CSP %q", csp)
-	}
-	if rp := w.Header().Get("Referrer-Policy"); rp != "no-referrer" {
-		t.Errorf("Referrer-Policy %q", rp)
-	}
-	// A wrong cookie does not.
-	r = req("GET", "/", "", "")
-	r.AddCookie(&http.Cookie{Name: s.cookie, Value: other.token})
-	wantError(t, "GET / with a wrong cookie", do(h, r), 403, "forbidden", "", "token")
+	r.AddCookie(&http.Cookie{Name: "token", Value: s.token})
+	wantError(t, "GET / with the token in a cookie", do(h, r), 403, "forbidden", "", "token")
 
-	// The API takes the header only: a cookie is not enough.
-	r = req("POST", "/api/format", `{"code":"x"}`, "")
-	r.AddCookie(cookies[0])
-	wantError(t, "POST /api/format with the cookie only", do(h, r), 403, "forbidden", "", TokenHeader)
+	// The right token in the URL: the page itself, no redirect, with the
+	// token for its script; the same again (a reload).
+	for range 2 {
+		w := do(h, req("GET", "/?token="+s.token, "", ""))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `<meta name="jaild-token" content="`+s.token+`">`) ||
+			strings.Contains(w.Body.String(), tokenPlaceholder) || w.Header().Get("Location") != "" {
+			t.Errorf("GET /?token=…: %d (Location %q), want the page with the token in its meta tag", w.Code, w.Header().Get("Location"))
+		}
+		if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("CSP %q", csp)
+		}
+		if rp := w.Header().Get("Referrer-Policy"); rp != "no-referrer" {
+			t.Errorf("Referrer-Policy %q: the page's URL holds the token", rp)
+		}
+	}
+
+	// The API takes the header only: the token in the query is not enough.
+	wantError(t, "POST /api/format with the token in the query", do(h, req("POST", "/api/format?token="+s.token, `{"code":"x"}`, "")), 403, "forbidden", "", TokenHeader)
+	wantError(t, "GET /api/info with the token in the query", do(h, req("GET", "/api/info?token="+s.token, "", "")), 403, "forbidden", "", TokenHeader)
 	wantError(t, "POST /api/format with a wrong token", do(h, req("POST", "/api/format", `{"code":"x"}`, other.token)), 403, "forbidden", "", TokenHeader)
 	wantError(t, "GET /api/info with no token", do(h, req("GET", "/api/info", "", "")), 403, "forbidden", "", TokenHeader)
 	if d.path != "" {
@@ -169,6 +158,39 @@ func TestToken(t *testing.T) {
 	}
 	if w := do(h, req("GET", "/api/info", "", s.token)); w.Code != 200 || d.path != "/v1/info" {
 		t.Errorf("GET /api/info with the token: %d, daemon got %s", w.Code, d.path)
+	}
+
+	// The assets are public; anything else under /assets/ is not served
+	// without the token.
+	if w := do(h, req("GET", "/assets/app.js", "", "")); w.Code != 200 || w.Body.Len() == 0 {
+		t.Errorf("GET /assets/app.js without the token: %d, want the public bundle", w.Code)
+	}
+	wantError(t, "POST /assets/app.js", do(h, req("POST", "/assets/app.js", `{}`, "")), 403, "forbidden", "", "token")
+	wantError(t, "GET /assets/../", do(h, req("GET", "/assets/../", "", "")), 403, "forbidden", "", "token")
+}
+
+// TestNoCookie: no answer, to any request, sets a cookie, which the
+// browser would send to every other server on the host.
+func TestNoCookie(t *testing.T) {
+	d := &recorder{status: 200, answer: `{"status":"ok"}`}
+	s := newServer(t, d, false)
+	h := s.Handler()
+	for _, r := range []*http.Request{
+		req("GET", "/?token="+s.token, "", ""),
+		req("GET", "/?token=wrong", "", ""),
+		req("GET", "/", "", ""),
+		req("GET", "/assets/app.js", "", ""),
+		req("GET", "/assets/app.css", "", ""),
+		req("GET", "/api/info", "", s.token),
+		req("POST", "/api/format", `{"code":"x"}`, s.token),
+		req("GET", "/api/info", "", ""),
+		req("GET", "/nope?token="+s.token, "", ""),
+	} {
+		target := r.Method + " " + r.URL.String()
+		w := do(h, r)
+		if sc := w.Header().Values("Set-Cookie"); len(sc) != 0 {
+			t.Errorf("%s: Set-Cookie %q", target, sc)
+		}
 	}
 }
 
@@ -319,9 +341,39 @@ func TestAssets(t *testing.T) {
 	}
 	types := map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 	for _, m := range refs {
-		w := do(h, req("GET", m[1], "", s.token))
+		w := do(h, req("GET", m[1], "", ""))
 		if w.Code != 200 || w.Body.Len() == 0 || w.Header().Get("Content-Type") != types[filepath.Ext(m[1])] {
 			t.Errorf("GET %s: %d, %d bytes, %q", m[1], w.Code, w.Body.Len(), w.Header().Get("Content-Type"))
+		}
+	}
+}
+
+// TestAssetTypes: an asset's Content-Type comes from its extension
+// through assetTypes alone, whatever the host's /etc/mime.types says.
+func TestAssetTypes(t *testing.T) {
+	s := newServer(t, &recorder{status: 200, answer: "{}"}, false)
+	s.assets = fstest.MapFS{
+		"assets/a.js":   {Data: []byte("x")},
+		"assets/a.css":  {Data: []byte("x")},
+		"assets/a.html": {Data: []byte("x")},
+		"assets/a.svg":  {Data: []byte("x")},
+		"assets/a.png":  {Data: []byte("x")},
+		"assets/a.wasm": {Data: []byte("x")},
+		"assets/a":      {Data: []byte("x")},
+	}
+	h := s.Handler()
+	for name, want := range map[string]string{
+		"a.js":   "text/javascript; charset=utf-8",
+		"a.css":  "text/css; charset=utf-8",
+		"a.html": "text/html; charset=utf-8",
+		"a.svg":  "image/svg+xml",
+		"a.png":  "image/png",
+		"a.wasm": "application/octet-stream",
+		"a":      "application/octet-stream",
+	} {
+		w := do(h, req("GET", "/assets/"+name, "", ""))
+		if w.Code != 200 || w.Header().Get("Content-Type") != want || w.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET /assets/%s: %d %q (nosniff %q), want %q", name, w.Code, w.Header().Get("Content-Type"), w.Header().Get("X-Content-Type-Options"), want)
 		}
 	}
 }

@@ -1,8 +1,11 @@
 // Drives jailctl web's playground in Debian's Chromium: types code, runs
 // it and sees the output and an inline figure, an exception's line
-// marked, a timeout from the limits, a returned file downloaded, Lint's marked line, Format's new
-// text and the API reference; then checks that requests without the
-// token, with a foreign Host or from another origin are refused.
+// marked, a timeout from the limits, a returned file downloaded, Lint's
+// marked line and a syntax error marked as an error, Format's new text and
+// the API reference; that the browser holds no cookie for the playground
+// and that a reload (the token still in the address bar) works; then that
+// requests without the token, with a foreign Host or from another origin
+// are refused.
 //
 // Environment: JAILD_WEB_URL (the URL jailctl web printed), CHROMIUM
 // (default /usr/bin/chromium), JAILD_WEB_SCREENSHOT (a PNG to write of
@@ -62,9 +65,10 @@ async function act(button) {
 }
 
 try {
-  await page.goto(url);
+  const first = await page.goto(url);
   seen.landed = page.url();
-  check(!seen.landed.includes('token='), 'the token is dropped from the address bar');
+  check(first.status() === 200 && first.request().redirectedFrom() === null, `the page is served at once (${first.status()})`);
+  check(seen.landed === url, `the token stays in the address bar (landed on ${seen.landed})`);
   await page.waitForFunction(() => document.getElementById('daemon').textContent.startsWith('jaild '));
   seen.daemon = await page.textContent('#daemon');
 
@@ -141,6 +145,17 @@ print("lowest of the damped cosine:", round(float(y.min()), 3))
   check(seen.lintMarks.ranges.length === 1 && seen.lintMarks.ranges[0].line === 1 && seen.lintMarks.ranges[0].text === 'os', 'line 1\'s "os" is marked');
   check(seen.lintMarks.gutter === 1 && seen.lintMarks.list.includes('F401'), 'one gutter marker, F401 listed');
 
+  // A syntax error is marked as an error, not a warning.
+  await setCode('def f(:\n    pass\n');
+  seen.syntaxLint = await act('#lint');
+  await page.waitForSelector('.cm-lint-marker');
+  seen.syntaxMarks = await page.evaluate(() => ({
+    errors: document.querySelectorAll('.cm-lintRange-error').length,
+    warnings: document.querySelectorAll('.cm-lintRange-warning').length,
+    list: document.getElementById('diagnostics').textContent,
+  }));
+  check(seen.syntaxMarks.list.includes('invalid-syntax') && seen.syntaxMarks.errors > 0, 'the syntax error is marked as an error');
+
   // Format: the editor's text is replaced.
   await setCode('x=[1,2,\n  3]\nprint( x )\n');
   seen.format = await act('#format');
@@ -160,6 +175,22 @@ print("lowest of the damped cosine:", round(float(y.min()), 3))
   check(seen.reference.error === null, 'the reference renders');
   check(seen.reference.ops.some((o) => o.startsWith('POST /v1/execute')) && seen.reference.schemas > 0, 'it lists POST /v1/execute and schemas');
   await page.click('.tab[data-tab="play"]');
+
+  // No cookie: browsers send a host's cookies to its every port, so one
+  // would give the token to every other server on 127.0.0.1.
+  seen.cookies = await context.cookies();
+  check(seen.cookies.length === 0, `the browser holds no cookie (${JSON.stringify(seen.cookies)})`);
+
+  // A reload: the token is still in the URL, and the page works again.
+  const again = await page.reload();
+  seen.reload = { status: again.status(), url: page.url() };
+  check(seen.reload.status === 200 && seen.reload.url === url, `the reload serves the page (${JSON.stringify(seen.reload)})`);
+  await page.waitForFunction(() => document.getElementById('daemon').textContent.startsWith('jaild '));
+  await setCode('print(6 * 7)\n');
+  seen.reloadRun = await act('#run');
+  seen.reloadStdout = await page.textContent('#stdout');
+  check(seen.reloadRun.startsWith('ok') && seen.reloadStdout === '42\n', `a run after the reload ("${seen.reloadRun}", ${JSON.stringify(seen.reloadStdout)})`);
+  check((await context.cookies()).length === 0, 'still no cookie after the reload');
   check(pageErrors.length === 0, `no errors in the page: ${pageErrors}`);
 } finally {
   await context.close();
@@ -185,11 +216,12 @@ seen.refusals = {
   noToken: await request('POST', '/api/lint', json, code),
   wrongToken: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': '0'.repeat(64) }, code),
   pageNoToken: await request('GET', '/', {}),
+  pageWrongToken: await request('GET', `/?token=${'0'.repeat(64)}`, {}),
   foreignHost: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': token, Host: 'evil.example.com' }, code),
   crossOrigin: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': token, Origin: 'http://evil.example.com' }, code),
 };
 check(seen.refusals.withToken.status === 200, 'the token is accepted');
-for (const k of ['noToken', 'wrongToken', 'pageNoToken', 'foreignHost', 'crossOrigin']) {
+for (const k of ['noToken', 'wrongToken', 'pageNoToken', 'pageWrongToken', 'foreignHost', 'crossOrigin']) {
   check(seen.refusals[k].status === 403 && seen.refusals[k].type === 'forbidden', `${k} is refused with 403 forbidden`);
 }
 console.log(JSON.stringify(seen));

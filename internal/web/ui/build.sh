@@ -8,8 +8,9 @@
 # npm, pinned below with the sha512 (hex) of the registry's tarball) in
 # $NODE_CACHE/<version>/ (default /var/cache/jaild/node), fetched once.
 #
-# Usage: build.sh [OUTDIR]
-#        build.sh --node    print a directory holding node and npm
+# Usage: build.sh [OUTDIR]   (OUTDIR is emptied first, so it must be named dist)
+#        build.sh --node    print a directory holding node and npm (fails if
+#                           PATH's node has no npm beside it)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,10 +59,14 @@ nodedir() {
 }
 
 if [ "${1:-}" = --node ]; then
-	nodedir
+	dir=$(nodedir)
+	# The callers (tests/web_test.go) run DIR/node and DIR/npm.
+	[ -x "$dir/npm" ] || die "--node: node is $dir/node but npm is not beside it ($(command -v npm)); install npm next to node, or take node off PATH to have both fetched"
+	echo "$dir"
 	exit
 fi
 out=$(realpath -m "${1:-$here/../dist}")
+[ "$(basename "$out")" = dist ] || die "OUTDIR $out: it is emptied first, so it must be named dist"
 PATH=$(nodedir):$PATH
 cd "$here"
 npm ci --no-audit --no-fund --loglevel=error

@@ -190,7 +190,7 @@ function lint() {
       const from = pos(d.location);
       let to = pos(d.end_location);
       if (to <= from) to = Math.min(from + 1, view.state.doc.length);
-      return { from, to, severity: d.code === 'syntax-error' ? 'error' : 'warning', source: d.code, message: d.message };
+      return { from, to, severity: d.code === 'invalid-syntax' ? 'error' : 'warning', source: d.code, message: d.message };
     });
     view.dispatch(setDiagnostics(view.state, diags));
     const list = $('diagnostics');
