@@ -162,8 +162,8 @@ soak: deps rootfs ## the full soak: 10,000 mixed runs at concurrency 16 against 
 security-report: deps rootfs ## rerun the hostile-input suite and rewrite docs/SECURITY.md's table (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) JAILD_SECURITY_UPDATE=1 $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m -run '^(TestHostile|TestSecurityDocCoversSuite)$$' ./tests/
 
-bench: deps rootfs build ## benchmark jaild against bare python3; prints the table (root)
-	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -json bench.json
+bench: deps rootfs rootfs-images build ## benchmark jaild against bare python3, and print(1) in every image; prints the table (root)
+	./bin/jailbench -jaild bin/jaild -image $(IMAGE_DIR) -images $(ROOTFS_CACHE) -json bench.json
 
 bench-engine: ## Go benchmark of one cold jail (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) $(GO) test $(BUILDFLAGS) -run '^$$' -bench . -benchtime 30x ./internal/run/

@@ -82,7 +82,7 @@ wheelhouse() {
 # $1 is pinned (NAME==VERSION) with a sha256 and that a file with that hash
 # is in its wheelhouse: a missing or changed wheel fails here, clearly.
 check_wheels() {
-  local r=$1 dir line req hashes h f found
+  local r=$1 dir line req hashes h f found dist
   dir=$(wheelhouse "$r")
   [[ -n $dir ]] || return 0
   local -A have=()
@@ -102,6 +102,11 @@ check_wheels() {
       [[ -n ${have[$h]:-} ]] && found=${have[$h]}
     done
     [[ -n $found ]] || die "recipe $r: no wheel in $dir has the sha256 requirements.txt gives for $req (missing, or a different file): $(tr '\n' ' ' <<<"$hashes")"
+    # A wheel's name starts with its distribution's, normalized (PEP 427).
+    dist=${req%%==*}
+    dist=$(tr 'A-Z' 'a-z' <<<"$dist" | sed -E 's/[-_.]+/_/g')
+    [[ $(tr 'A-Z' 'a-z' <<<"${found%%-*}" | sed -E 's/[-_.]+/_/g') == "$dist" ]] ||
+      die "recipe $r: the wheel with the hash given for $req is $found, another distribution's"
     log "recipe $r: $req is $found"
   done < <(sed -e ':a' -e '/\\$/N; s/\\\n/ /; ta' -e 's/#.*//' "$recipes/$r/requirements.txt")
 }
@@ -112,32 +117,33 @@ runner_files() {
 }
 
 # Every file that influences image $1, in a stable order: the builder's own
-# (relative to $here) and those of each recipe of its chain (the wheels are
-# pinned by the hashes in requirements.txt, so the wheelhouse is not read).
+# (relative to $here) and every regular file of each recipe of its chain,
+# but a wheelhouse inside a recipe (its wheels are pinned by the hashes in
+# requirements.txt, so the wheelhouse is not read).
 recipe_files() {
-  local r f
+  local r w
   {
     printf '%s\n' build.sh customize.sh manifest.py runner/init.c
     runner_files
   } | LC_ALL=C sort | sed "s,^,$here/,"
   while read -r r; do
-    for f in recipe packages.txt packages-sid.txt customize.sh requirements.txt; do
-      [[ -f $recipes/$r/$f ]] && printf '%s\n' "$recipes/$r/$f"
-    done
+    w=$(wheelhouse "$r")
+    find "$recipes/$r" -type f | LC_ALL=C sort | { if [[ -n $w ]]; then grep -v -F "$w/" || true; else cat; fi; }
   done < <(chain "$1")
 }
 
 # The digest of image $1's recipe: each file's hash under a name that does
 # not depend on where the recipes are (the recipe's name and the file's).
 recipe_digest() {
-  local f
+  local f h
   {
     printf 'image %s\n' "$1"
     while read -r f; do
+      h=$(sha256sum "$f") || die "cannot hash $f"
       if [[ $f == "$recipes"/* ]]; then
-        printf '%s  recipe:%s\n' "$(sha256sum "$f" | cut -d' ' -f1)" "${f#"$recipes"/}"
+        printf '%s  recipe:%s\n' "${h%% *}" "${f#"$recipes"/}"
       else
-        printf '%s  %s\n' "$(sha256sum "$f" | cut -d' ' -f1)" "${f#"$here"/}"
+        printf '%s  %s\n' "${h%% *}" "${f#"$here"/}"
       fi
     done < <(recipe_files "$1")
   } | sha256sum | cut -d' ' -f1
@@ -315,9 +321,11 @@ set_current() {
 # still using one keeps its loop-mounted file until it stops.
 prune_old() {
   local cache_dir=$1 name=$2 keep=$3 d base
-  for d in "$cache_dir/$name"/* $([[ $name != python ]] || echo "$cache_dir"/*); do
+  local cands=("$cache_dir/$name"/*)
+  [[ $name != python ]] || cands+=("$cache_dir"/*)
+  for d in "${cands[@]}"; do
     base=${d##*/}
-    if [[ -d $d && ! -L $d && $base =~ ^[0-9a-f]{64}$ && $d != "$cache_dir/$name/$keep" ]]; then
+    if [[ $d == "$cache_dir"/* && -d $d && ! -L $d && $base =~ ^[0-9a-f]{64}$ && $d != "$cache_dir/$name/$keep" ]]; then
       log "removing the image of an older recipe: $d"
       rm -rf --one-file-system "$d"
     fi
@@ -327,6 +335,9 @@ prune_old() {
 # Build image $2 into cache dir $1, unless its recipe's output is complete.
 build_image() {
   local cache_dir=$1 name=$2 digest final r
+  while read -r r; do
+    wheelhouse "$r" >/dev/null # in this shell: a bad wheelhouse stops the build here
+  done < <(chain "$name")
   digest=$(recipe_digest "$name")
   final=$cache_dir/$name/$digest
   mkdir -p "$cache_dir/$name"
@@ -334,7 +345,7 @@ build_image() {
   if is_complete "$final"; then
     set_current "$cache_dir" "$name" "$digest"
     prune_old "$cache_dir" "$name" "$digest"
-    echo "rootfs $name up to date: $final"
+    log "rootfs $name up to date: $final"
     echo "$final"
     return
   fi

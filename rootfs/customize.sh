@@ -45,6 +45,9 @@ done <<<"${JAILD_CUSTOMIZE:-}"
 # wheels go to /usr/local (Debian's pip refuses the system's own site
 # otherwise: --break-system-packages is what permits it).
 if [[ -n ${JAILD_WHEELS//[[:space:]]/} ]]; then
+  # pip stays when the recipe's own packages brought it.
+  had_pip=
+  in_root dpkg-query -W -f='${Status}' python3-pip 2>/dev/null | grep -q 'ok installed' && had_pip=1
   in_root apt-get install -q -y --no-install-recommends python3-pip
   n=0
   while IFS='|' read -r req house; do
@@ -62,7 +65,7 @@ if [[ -n ${JAILD_WHEELS//[[:space:]]/} ]]; then
     fi
     rm -rf "$stage"
   done <<<"$JAILD_WHEELS"
-  in_root apt-get purge -q -y --auto-remove python3-pip
+  [[ -n $had_pip ]] || in_root apt-get purge -q -y --auto-remove python3-pip
 fi
 
 # --- byte-compile everything on the system Python's path ----------------------

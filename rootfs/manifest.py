@@ -53,6 +53,16 @@ REQ_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 HASH = re.compile(r"--hash[= ]sha256:([0-9a-f]{64})")
 
 
+def canonical(version):
+    """A version without trailing zero parts, lower case: pip takes ==2.1
+    for 2.1.0 (PEP 440's zero padding)."""
+    release, sep, rest = version.lower().partition("+")
+    parts = release.split(".")
+    while len(parts) > 1 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts) + sep + rest
+
+
 def wheels(requirement_files):
     """The wheels installed from wheelhouses: each requirement (NAME==VERSION
     with its --hash values, build.sh checked the form) with the version the
@@ -73,7 +83,7 @@ def wheels(requirement_files):
                 installed = importlib.metadata.version(name)
             except importlib.metadata.PackageNotFoundError:
                 raise SystemExit(f"manifest.py: {name} is in requirements but not installed")
-            if installed != pinned:
+            if canonical(installed) != canonical(pinned):
                 raise SystemExit(f"manifest.py: {name} {installed} installed, {pinned} pinned")
             out.append({
                 "name": name,

@@ -67,10 +67,12 @@ func readManifest(t *testing.T, dir string) imageManifest {
 	return m
 }
 
-// imageDaemon is a daemon serving the image in dir (no warm pool).
-func imageDaemon(t *testing.T, dir string) *daemon {
+// imageDaemon is a daemon serving the image in dir, with a warm pool of
+// pool jails of each kind that preload nothing.
+func imageDaemon(t *testing.T, dir string, pool int) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", 0, nil, func(c string) string {
+	d, err := startTunedDaemon("", pool, nil, func(c string) string {
+		c = strings.Replace(c, "[pool]\n", "[pool]\npreimport = []\n", 1)
 		return setKeys(c, map[string]string{"image": strconv.Quote(dir)})
 	})
 	if err != nil {
@@ -105,7 +107,7 @@ func TestImagesShipped(t *testing.T) {
 	def := readManifest(t, builtImage(t, "python"))
 
 	t.Run("python", func(t *testing.T) {
-		d := imageDaemon(t, builtImage(t, "python"))
+		d := imageDaemon(t, builtImage(t, "python"), 0)
 		r := execIn(t, d, "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]}).a.sum())", nil)
 		if r.Status != "ok" || r.Stdout != "6\n" {
 			t.Errorf("pandas: %s %q %q", r.Status, r.Stdout, r.Stderr)
@@ -126,13 +128,19 @@ func TestImagesShipped(t *testing.T) {
 			t.Errorf("python-minimal is %d bytes, more than a quarter of the default's %d", m.ImageSize, def.ImageSize)
 		}
 		t.Logf("sizes: python-minimal %d bytes, python %d bytes", m.ImageSize, def.ImageSize)
-		d := imageDaemon(t, dir)
+		// With a warm pool that preloads nothing: the run is warm.
+		d := imageDaemon(t, dir, 1)
+		waitFor(t, 60*time.Second, "the warm pool", func() bool {
+			var info api.Info
+			d.call(t, "GET", "/v1/info", nil, &info)
+			return info.Pool.Ready == 1
+		})
 		r := execIn(t, d, `import hashlib, json, sqlite3, statistics
 db = sqlite3.connect(':memory:')
 db.execute('create table t (x)'); db.executemany('insert into t values (?)', [(1,), (2,), (6,)])
 print(json.dumps([statistics.mean(r[0] for r in db.execute('select x from t')), hashlib.sha256(b'jaild').hexdigest()[:8]]))`, nil)
-		if r.Status != "ok" || r.Stdout != `[3, "`+hex.EncodeToString(sha256Sum([]byte("jaild")))[:8]+`"]`+"\n" {
-			t.Errorf("stdlib snippet: %s %q %q", r.Status, r.Stdout, r.Stderr)
+		if r.Status != "ok" || r.Stdout != `[3, "`+hex.EncodeToString(sha256Sum([]byte("jaild")))[:8]+`"]`+"\n" || !r.Usage.Warm {
+			t.Errorf("stdlib snippet: %s %q %q warm %v", r.Status, r.Stdout, r.Stderr, r.Usage.Warm)
 		}
 		for _, mod := range []string{"numpy", "matplotlib"} {
 			r = execIn(t, d, "import "+mod, nil)
@@ -148,7 +156,7 @@ print(json.dumps([statistics.mean(r[0] for r in db.execute('select x from t')), 
 		if m.Name != "python-ml" || m.PythonPackages["torch"] == "" || m.PythonPackages["pandas"] == "" {
 			t.Errorf("manifest: name %q, torch %q, pandas %q", m.Name, m.PythonPackages["torch"], m.PythonPackages["pandas"])
 		}
-		d := imageDaemon(t, dir)
+		d := imageDaemon(t, dir, 0)
 		// A tensor op, then a few steps of training a small network on a
 		// fixed synthetic task: the loss must fall. Within the default
 		// memory limit and a 60 s timeout.
@@ -246,13 +254,19 @@ func TestImageWheelhouse(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(house, wname), wheel, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// build.sh names the wheelhouse by its real path.
+	realHouse, err := filepath.EvalSymlinks(house)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Images of this test are kept apart from the shipped ones, and
 	// keyed by their recipe like them: a rerun is a no-op.
 	cache := filepath.Join(imagesRoot() + "-tests")
 
 	t.Run("refused", func(t *testing.T) {
 		for _, c := range []struct{ name, req, want string }{
-			{"changed", "jaildhello==1.0 --hash=sha256:" + strings.Repeat("ab", 32) + "\n", "no wheel in " + house + " has the sha256 requirements.txt gives for jaildhello==1.0"},
+			{"changed", "jaildhello==1.0 --hash=sha256:" + strings.Repeat("ab", 32) + "\n", "no wheel in " + realHouse + " has the sha256 requirements.txt gives for jaildhello==1.0"},
+			{"another's hash", "other-pkg==1.0 --hash=sha256:" + sum + "\n", "the wheel with the hash given for other-pkg==1.0 is " + wname + ", another distribution's"},
 			{"unpinned", "jaildhello --hash=sha256:" + sum + "\n", "requirements.txt: 'jaildhello' is not pinned as NAME==VERSION"},
 			{"no hash", "jaildhello==1.0\n", "requirements.txt: jaildhello==1.0 has no --hash=sha256:"},
 		} {
@@ -262,7 +276,7 @@ func TestImageWheelhouse(t *testing.T) {
 			if ok || !strings.Contains(out, "build.sh: error: recipe wheeltest: "+c.want) {
 				t.Errorf("%s: build ok=%v, output:\n%s\nwant an error containing %q", c.name, ok, out, c.want)
 			}
-			if strings.Contains(out, "mmdebstrap") || time.Since(start) > 30*time.Second {
+			if strings.Contains(out, "building image") || time.Since(start) > 30*time.Second {
 				t.Errorf("%s: refused only after %v of building", c.name, time.Since(start))
 			}
 		}
@@ -273,7 +287,7 @@ func TestImageWheelhouse(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, ok := buildRecipe(t, cache, rdir, "wheeltest")
-		if ok || !strings.Contains(out, "no wheel in "+house+" has the sha256 requirements.txt gives for jaildhello==1.0 (missing, or a different file)") {
+		if ok || strings.Contains(out, "building image") || !strings.Contains(out, "no wheel in "+realHouse+" has the sha256 requirements.txt gives for jaildhello==1.0 (missing, or a different file)") {
 			t.Errorf("missing wheel: build ok=%v, output:\n%s", ok, out)
 		}
 		if err := os.Rename(filepath.Join(rdir, wname), filepath.Join(house, wname)); err != nil {
@@ -296,7 +310,7 @@ func TestImageWheelhouse(t *testing.T) {
 		len(m.Wheels[0].SHA256) != 1 || m.Wheels[0].SHA256[0] != "sha256:"+sum {
 		t.Errorf("manifest: name %q, wheels %+v; want jaildhello 1.0 sha256:%s", m.Name, m.Wheels, sum)
 	}
-	d := imageDaemon(t, dir)
+	d := imageDaemon(t, dir, 0)
 	r := execIn(t, d, "import jaildhello\nprint(jaildhello.hello(), jaildhello.__file__)\nimport importlib.util\nprint(importlib.util.find_spec('pip'))", nil)
 	if want := "hello from a wheel /usr/local/lib/python3.13/dist-packages/jaildhello/__init__.py\nNone\n"; r.Status != "ok" || r.Stdout != want {
 		t.Errorf("import the wheel's module: %s %q %q; want %q (pip purged after the build)", r.Status, r.Stdout, r.Stderr, want)

@@ -233,6 +233,14 @@ func TestMetricsPoolAndSessions(t *testing.T) {
 	if after[k("jaild_sessions_live")] != 1 || after[k("jaild_sessions_running")] != 0 {
 		t.Errorf("sessions: live %g, running %g", after[k("jaild_sessions_live")], after[k("jaild_sessions_running")])
 	}
+	if got := after[k("jaild_sessions_created_total")] - before[k("jaild_sessions_created_total")]; got != 1 {
+		t.Errorf("jaild_sessions_created_total moved by %g, want 1", got)
+	}
+	deleteSession(t, d, s.SessionID)
+	ended := k("jaild_sessions_ended_total", "reason", "deleted")
+	if got := scrape()[ended] - before[ended]; got != 1 {
+		t.Errorf("%s moved by %g after a DELETE, want 1", ended, got)
+	}
 	// The pool timed each jail it made: one of each kind to fill, then
 	// the one the run took (of either kind) is made again.
 	made := func(s metricstest.Samples) float64 {

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/jaild/jaild/internal/bench"
 )
@@ -21,7 +22,20 @@ func main() {
 	flag.IntVar(&cfg.Iter, "n", 50, "sequential runs per latency figure")
 	flag.IntVar(&cfg.PoolSize, "pool", 2, "warm jails of each kind (plain, preloaded) in the warm daemon's pool")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
+	images := flag.String("images", "", "also time print(1) in every image built under `DIR` (DIR/<name>/current, rootfs/build.sh's layout)")
 	flag.Parse()
+	if *images != "" {
+		dirs, err := filepath.Glob(filepath.Join(*images, "*", "current", "rootfs.squashfs"))
+		if err != nil || len(dirs) == 0 {
+			fmt.Fprintf(os.Stderr, "jailbench: -images %s: no image (DIR/<name>/current/rootfs.squashfs)\n", *images)
+			os.Exit(2)
+		}
+		cfg.Images = map[string]string{}
+		for _, d := range dirs {
+			cur := filepath.Dir(d)
+			cfg.Images[filepath.Base(filepath.Dir(cur))] = cur
+		}
+	}
 	for _, p := range []*string{&cfg.Jaild, &cfg.Profile} {
 		abs, err := os.Getwd()
 		if err == nil && (*p)[0] != '/' {

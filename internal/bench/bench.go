@@ -32,6 +32,9 @@ type Config struct {
 	Profile  string // seccomp profile
 	Iter     int    // sequential runs per latency measurement
 	PoolSize int    // warm jails kept by the warm daemon
+	// Images are the images to time print(1) in, by name (each a
+	// directory like ImageDir); none: the per-image table is left out.
+	Images map[string]string
 }
 
 // Workload is one thing to time.
@@ -76,6 +79,18 @@ type Report struct {
 	WarmJailBytes []uint64 `json:"idle_warm_jail_bytes"`
 	Sessions      Sessions `json:"sessions"`
 	Files         Files    `json:"files"`
+	Images        []Image  `json:"images,omitempty"`
+}
+
+// Image is print(1) in one image: bare python3 in a chroot of it, and a
+// daemon serving it cold and with a warm pool that preloads nothing; and
+// the image's size on disk.
+type Image struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	Bare      Stat   `json:"bare_python3"`
+	Cold      Stat   `json:"jaild_cold"`
+	Warm      Stat   `json:"jaild_warm"`
 }
 
 // Sessions are the latencies of stateful sessions: POST /v1/sessions
@@ -122,12 +137,12 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		return nil, err
 	}
 	defer bare.close()
-	cold, err := startDaemon(cfg, 0)
+	cold, err := startDaemon(cfg, cfg.ImageDir, 0, false)
 	if err != nil {
 		return nil, err
 	}
 	defer cold.stop()
-	warm, err := startDaemon(cfg, cfg.PoolSize)
+	warm, err := startDaemon(cfg, cfg.ImageDir, cfg.PoolSize, false)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +206,60 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	if rep.Files, err = benchFiles(ctx, cfg.Iter, warm); err != nil {
 		return nil, err
 	}
+	cold.stop()
+	warm.stop()
+	names := make([]string, 0, len(cfg.Images))
+	for name := range cfg.Images {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(log, "image %s: print(1)\n", name)
+		im, err := benchImage(ctx, cfg, name, cfg.Images[name])
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", name, err)
+		}
+		rep.Images = append(rep.Images, im)
+	}
 	return rep, nil
+}
+
+// benchImage times print(1) in one image, one daemon at a time.
+func benchImage(ctx context.Context, cfg Config, name, dir string) (Image, error) {
+	im := Image{Name: name}
+	fi, err := os.Stat(filepath.Join(dir, "rootfs.squashfs"))
+	if err != nil {
+		return im, err
+	}
+	im.SizeBytes = fi.Size()
+	print1 := workloads()[0]
+	bare, err := newChroot(dir)
+	if err != nil {
+		return im, err
+	}
+	defer bare.close()
+	if im.Bare, err = measure(cfg.Iter, func() error { return bare.python(print1.Code) }); err != nil {
+		return im, fmt.Errorf("bare: %w", err)
+	}
+	cold, err := startDaemon(cfg, dir, 0, true)
+	if err != nil {
+		return im, err
+	}
+	defer cold.stop()
+	if im.Cold, err = measure(cfg.Iter, func() error { return cold.call(print1) }); err != nil {
+		return im, fmt.Errorf("cold: %w", err)
+	}
+	cold.stop()
+	warm, err := startDaemon(cfg, dir, 1, true)
+	if err != nil {
+		return im, err
+	}
+	defer warm.stop()
+	warm.waitReady(ctx)
+	if im.Warm, err = measureAfter(cfg.Iter, func() { warm.waitReady(ctx) }, func() error { return warm.call(print1) }); err != nil {
+		return im, fmt.Errorf("warm: %w", err)
+	}
+	return im, nil
 }
 
 // sessions times session creation on both daemons and calls in one live
@@ -365,7 +433,10 @@ type daemon struct {
 	pool   int
 }
 
-func startDaemon(cfg Config, pool int) (*daemon, error) {
+// startDaemon starts jaild on image with a warm pool of pool jails of each
+// kind; noPreload: the preloaded ones import nothing (an image without
+// numpy and pandas).
+func startDaemon(cfg Config, image string, pool int, noPreload bool) (*daemon, error) {
 	dir, err := os.MkdirTemp("", "jb")
 	if err != nil {
 		return nil, err
@@ -374,6 +445,10 @@ func startDaemon(cfg Config, pool int) (*daemon, error) {
 		return nil, err
 	}
 	sock := filepath.Join(dir, "s.sock")
+	preload := ""
+	if noPreload {
+		preload = "preimport = []\n"
+	}
 	conf := fmt.Sprintf(`socket = %q
 run_dir = %q
 cgroup_name = %q
@@ -390,9 +465,9 @@ daily_quota = 0
 [pool]
 size = %d
 plain_size = %d
-[files]
+%s[files]
 dir = %q
-`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), cfg.ImageDir, cfg.Profile, 1_500_000_000+pool*70000, pool, pool, filepath.Join(dir, "files"))
+`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), image, cfg.Profile, 1_500_000_000+pool*70000, pool, pool, preload, filepath.Join(dir, "files"))
 	if err := os.WriteFile(filepath.Join(dir, "jaild.toml"), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,14 @@ func (r *Report) Table() string {
 	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
 		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
 	r.Files.table(&b)
+	if len(r.Images) > 0 {
+		b.WriteString("\nImages: `print(1)` in each (ms, p50 / p95 / p99; ×: ratio to bare python3 in the same image), a warm pool that preloads nothing, and the image's size on disk:\n\n")
+		b.WriteString("| image | size | bare python3 | jaild cold | jaild warm |\n| --- | --- | --- | --- | --- |\n")
+		for _, im := range r.Images {
+			fmt.Fprintf(&b, "| %s | %.0f MB | %s | %s (×%.2f) | %s (×%.2f) |\n", im.Name, float64(im.SizeBytes)/1e6,
+				stat(im.Bare), stat(im.Cold), im.Cold.P50/im.Bare.P50, stat(im.Warm), im.Warm.P50/im.Bare.P50)
+		}
+	}
 	return b.String()
 }
 

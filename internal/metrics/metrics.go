@@ -47,9 +47,14 @@ type Sources struct {
 	Admission func() (running, queued int)
 	Pool      func() Pool
 	Sessions  func() (live, running int)
-	Store     func() (bytes int64, files int)
-	Memory    func() (inUse, budget int64)
-	Jails     func() Jails
+	// SessionTotals are the sessions made and ended (by reason) since the
+	// start; SessionEndReasons every reason there is (another one is
+	// counted as "other", so the label stays bounded).
+	SessionTotals     func() (created uint64, ended map[string]uint64)
+	SessionEndReasons []string
+	Store             func() (bytes int64, files int)
+	Memory            func() (inUse, budget int64)
+	Jails             func() Jails
 }
 
 // Run is what the server knows of a run at its end.
@@ -167,6 +172,12 @@ func (m *Metrics) gauges(src Sources) {
 		gauge("jaild_sessions_live", "Sessions not ended (idle or running a call).", func() float64 { l, _ := f(); return float64(l) })
 		gauge("jaild_sessions_running", "Sessions running a call.", func() float64 { _, r := f(); return float64(r) })
 	}
+	if f := src.SessionTotals; f != nil {
+		m.reg.MustRegister(&sessionTotals{f: f, reasons: src.SessionEndReasons,
+			created: prometheus.NewDesc("jaild_sessions_created_total", "Sessions made.", nil, nil),
+			ended:   prometheus.NewDesc("jaild_sessions_ended_total", "Sessions ended, by reason (deleted, idle_timeout, expired, jail_ended, ...; other for any reason not listed).", []string{"reason"}, nil),
+		})
+	}
 	if f := src.Store; f != nil {
 		gauge("jaild_store_bytes", "Bytes of the files in the file store.", func() float64 { b, _ := f(); return float64(b) })
 		gauge("jaild_store_files", "Files in the file store.", func() float64 { _, n := f(); return float64(n) })
@@ -254,5 +265,33 @@ func (c *poolRefills) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(c.hist, r.Count, r.Sum, buckets, kind)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(r.Failed), kind)
+	}
+}
+
+// sessionTotals exports the session table's own counts.
+type sessionTotals struct {
+	f              func() (uint64, map[string]uint64)
+	reasons        []string
+	created, ended *prometheus.Desc
+}
+
+func (c *sessionTotals) Describe(ch chan<- *prometheus.Desc) { ch <- c.created; ch <- c.ended }
+
+func (c *sessionTotals) Collect(ch chan<- prometheus.Metric) {
+	created, ended := c.f()
+	ch <- prometheus.MustNewConstMetric(c.created, prometheus.CounterValue, float64(created))
+	out := map[string]uint64{"other": 0}
+	for _, r := range c.reasons {
+		out[r] = 0
+	}
+	for r, n := range ended {
+		if _, ok := out[r]; ok {
+			out[r] += n
+		} else {
+			out["other"] += n
+		}
+	}
+	for r, n := range out {
+		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), r)
 	}
 }

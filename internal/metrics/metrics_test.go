@@ -29,9 +29,13 @@ func full(t *testing.T) *Metrics {
 				Refill: pool.Refills{Count: 2, Sum: 0.73, Buckets: []uint64{0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, Failed: 1}}
 		},
 		Sessions: func() (int, int) { return 5, 1 },
-		Store:    func() (int64, int) { return 1000, 7 },
-		Memory:   func() (int64, int64) { return 10, 100 },
-		Jails:    func() Jails { return Jails{Alive: 6, TeardownFailures: 1, Swept: 2, EgressRefused: 9} },
+		SessionTotals: func() (uint64, map[string]uint64) {
+			return 7, map[string]uint64{"deleted": 2, "idle_timeout": 1, "something new": 3}
+		},
+		SessionEndReasons: []string{"deleted", "idle_timeout", "expired"},
+		Store:             func() (int64, int) { return 1000, 7 },
+		Memory:            func() (int64, int64) { return 10, 100 },
+		Jails:             func() Jails { return Jails{Alive: 6, TeardownFailures: 1, Swept: 2, EgressRefused: 9} },
 	})
 	m.Ran(OpExecute, Run{Status: "ok", Warm: true, Pooled: true, QueueWait: time.Millisecond, JailStart: time.Millisecond,
 		Duration: time.Second, Total: 2 * time.Second, EgressSent: 3, EgressReceived: 4})
@@ -85,6 +89,11 @@ func TestValues(t *testing.T) {
 		k("jaild_jails_alive"):                                              6,
 		k("jaild_jail_teardown_failures_total"):                             1,
 		k("jaild_sweep_jails_total"):                                        2,
+		k("jaild_sessions_created_total"):                                   7,
+		k("jaild_sessions_ended_total", "reason", "deleted"):                2,
+		k("jaild_sessions_ended_total", "reason", "idle_timeout"):           1,
+		k("jaild_sessions_ended_total", "reason", "expired"):                0, // listed, so present at zero
+		k("jaild_sessions_ended_total", "reason", "other"):                  3, // not listed: bounded
 		k("jaild_egress_refused_packets_total"):                             9,
 		k("jaild_pool_refill_seconds_count", "kind", "preloaded"):           2,
 		k("jaild_pool_refill_seconds_sum", "kind", "preloaded"):             0.73,

@@ -68,12 +68,34 @@ type Pool struct {
 	ready   map[Key][]Item
 	pause   bool
 	refills map[Key]*Refills
+	// A key whose creations fail in a row waits before the next try,
+	// twice as long each time (up to maxBackoff), and meanwhile the other
+	// keys refill: an image that cannot make an item (a module to
+	// preload that it lacks) neither spins nor starves the rest.
+	failing map[Key]int
+	retryAt map[Key]time.Time
+}
+
+// Backoff after failed creations of a key: minBackoff after the first,
+// doubling to maxBackoff.
+const (
+	minBackoff = 2 * time.Second
+	maxBackoff = time.Minute
+)
+
+func backoff(fails int) time.Duration {
+	d := minBackoff
+	for i := 1; i < fails && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
 }
 
 // New starts a pool that keeps cfg.Sizes items ready, made by create.
 func New(cfg Config, create Create) *Pool {
 	p := &Pool{cfg: cfg, create: create, log: cfg.Logger, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}, refills: map[Key]*Refills{}}
+		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}, refills: map[Key]*Refills{},
+		failing: map[Key]int{}, retryAt: map[Key]time.Time{}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -219,8 +241,9 @@ func (p *Pool) loop() {
 		}
 		var key Key
 		need := 0.0
+		now := time.Now()
 		for _, s := range p.cfg.Sizes {
-			if s.N == 0 {
+			if s.N == 0 || now.Before(p.retryAt[s.Key]) {
 				continue
 			}
 			if n := float64(s.N-len(p.ready[s.Key])) / float64(s.N); n > need {
@@ -249,18 +272,23 @@ func (p *Pool) loop() {
 				r = &Refills{}
 				p.refills[key] = r
 			}
+			var wait time.Duration
 			if err != nil {
 				r.Failed++
+				p.failing[key]++
+				wait = backoff(p.failing[key])
+				p.retryAt[key] = time.Now().Add(wait)
 			} else {
 				r.observe(took)
 				p.ready[key] = append(p.ready[key], it)
+				delete(p.failing, key)
+				delete(p.retryAt, key)
 			}
 			p.mu.Unlock()
 			if err != nil {
-				p.log.Error("warm pool: create", "image", key.Image, "kind", key.Kind, "err", err)
-			} else {
-				continue // more may be needed
+				p.log.Error("warm pool: create", "image", key.Image, "kind", key.Kind, "err", err, "retry_in", wait)
 			}
+			continue // more may be needed, of this key or (while it waits) another
 		}
 		select {
 		case <-p.stop:

@@ -197,3 +197,43 @@ func TestRefillsTimed(t *testing.T) {
 		t.Errorf("count %d after a failure, want 2", got)
 	}
 }
+
+// TestFailingKeyBacksOff: a key whose creations fail waits longer after
+// each failure, and the other keys refill meanwhile.
+func TestFailingKeyBacksOff(t *testing.T) {
+	var attempts atomic.Int32
+	ok := &factory{}
+	create := func(key Key, stop <-chan struct{}) (Item, error) {
+		if key == b {
+			attempts.Add(1)
+			return nil, errors.New("cannot preload")
+		}
+		return ok.create(key, stop)
+	}
+	// b first in the order and always the furthest below its size.
+	p := New(Config{Sizes: []Size{{b, 1}, {a, 2}}, MinAvailableBytes: 1}, create)
+	defer p.Close()
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Ready[a] != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a never filled while b failed: %+v", p.Stats())
+		}
+	}
+	// Taking from a kicks the loop each time; b is not retried before its
+	// backoff (2 s after the first failure).
+	for range 20 {
+		p.Take(a)
+		p.Kick()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Errorf("b tried %d times within its first backoff, want 1", n)
+	}
+	if got := p.Stats().Refills[b].Failed; got != 1 {
+		t.Errorf("b's failures %d, want 1", got)
+	}
+	for i, want := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute} {
+		if got := backoff(i + 1); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", i+1, got, want)
+		}
+	}
+}

@@ -134,8 +134,11 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 			p := engine.PoolStats()
 			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady, Refill: p.Refill, PlainRefill: p.PlainRefill}
 		},
-		Sessions: s.sessions.Counts,
-		Memory:   func() (int64, int64) { return s.budget.inUse(), s.budget.max },
+		Sessions:      s.sessions.Counts,
+		SessionTotals: s.sessions.Totals,
+		SessionEndReasons: []string{sessions.EndDeleted, sessions.EndIdle, sessions.EndExpired, sessions.EndShutdown,
+			run.EndLosses, run.EndJailEnded, run.EndFreezeFailed, run.EndRestartError},
+		Memory: func() (int64, int64) { return s.budget.inUse(), s.budget.max },
 		Jails: func() metrics.Jails {
 			c := engine.JailCounts()
 			return metrics.Jails{Alive: c.Alive, TeardownFailures: c.TeardownFailures, Swept: c.Swept, EgressRefused: c.EgressRefused}

@@ -96,6 +96,8 @@ type Manager struct {
 	byID     map[string]*entry
 	reserved map[uint32]int // creations in progress, by owner
 	closed   bool
+	created  uint64            // sessions added since the start
+	ended    map[string]uint64 // sessions ended since the start, by reason
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -196,6 +198,7 @@ func (m *Manager) Add(r *Reservation, h Handle, idle, ttl time.Duration, meta an
 		}
 		if !m.closed {
 			m.byID[e.ID] = e
+			m.created++
 			added = true
 		}
 	})
@@ -258,6 +261,26 @@ func (m *Manager) markEnded(e *entry, reason string) {
 		return
 	}
 	e.State, e.EndReason, e.endedAt = StateEnded, reason, m.cfg.Now()
+	if m.ended == nil {
+		m.ended = map[string]uint64{}
+	}
+	m.ended[reason]++
+}
+
+// Totals are the sessions added since the start and those that ended, by
+// reason. A session that ended by itself is counted when the table next
+// looks at it (every reaper tick, and every Counts).
+func (m *Manager) Totals() (created uint64, ended map[string]uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.byID {
+		m.refresh(e)
+	}
+	ended = make(map[string]uint64, len(m.ended))
+	for k, v := range m.ended {
+		ended[k] = v
+	}
+	return m.created, ended
 }
 
 // Get returns the snapshot of id as who may see it.
