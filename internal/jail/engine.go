@@ -86,7 +86,6 @@ func (c *Config) Validate() error {
 type Engine struct {
 	cfg      Config
 	log      *slog.Logger
-	image    *rootfs.Image
 	seccomp  *specs.LinuxSeccomp
 	stateDir string // libcontainer's root
 	runsDir  string // one directory (a tmpfs mountpoint) per run
@@ -99,10 +98,17 @@ type Engine struct {
 	swept            atomic.Uint64 // jails of a predecessor removed by the start-up sweep
 	egressRefused    atomic.Uint64 // the last value read from Network.Refused
 
-	mu      sync.Mutex
-	closed  bool
-	live    sync.WaitGroup // jails created and not destroyed yet
-	dynmods string         // the cgroup hierarchy whose favordynmods this engine set
+	// The images jails can use, by name (images.go); the default one is
+	// Config.ImageDir's, named by its manifest.
+	defaultImage    string
+	defaultManifest *rootfs.Manifest
+
+	mu       sync.Mutex
+	closed   bool
+	images   map[string]*image
+	imageSeq int            // names the mountpoints of added images
+	live     sync.WaitGroup // jails created and not destroyed yet
+	dynmods  string         // the cgroup hierarchy whose favordynmods this engine set
 
 	// The daemon's memory.high (LimitDaemonMemory): its own allowance
 	// plus the tmpfs size of every live jail. Files the daemon writes into
@@ -184,14 +190,20 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	}
 	mnt := filepath.Join(cfg.RunDir, "rootfs")
 	_ = unix.Unmount(mnt, unix.MNT_DETACH) // a predecessor's mount, if any
-	if e.image, err = rootfs.Open(cfg.ImageDir, mnt); err != nil {
+	if err := e.sweepImages(); err != nil {
 		return nil, err
 	}
+	img, err := rootfs.Open(cfg.ImageDir, mnt)
+	if err != nil {
+		return nil, err
+	}
+	e.defaultImage, e.defaultManifest = img.Manifest.Name, img.Manifest
+	e.images = map[string]*image{e.defaultImage: {name: e.defaultImage, img: img}}
 	return e, nil
 }
 
-// Manifest returns the verified manifest of the engine's rootfs image.
-func (e *Engine) Manifest() *rootfs.Manifest { return e.image.Manifest }
+// Manifest returns the verified manifest of the engine's default image.
+func (e *Engine) Manifest() *rootfs.Manifest { return e.defaultManifest }
 
 // Seccomp returns the loaded seccomp profile; callers must not modify it.
 func (e *Engine) Seccomp() *specs.LinuxSeccomp { return e.seccomp }
@@ -221,7 +233,16 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.restoreDynmods()
-	return e.image.Close()
+	e.mu.Lock()
+	var errs []error
+	for name, im := range e.images {
+		if err := im.img.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		delete(e.images, name)
+	}
+	e.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // restoreDynmods clears favordynmods if this engine set it: a stopped

@@ -55,6 +55,9 @@ type Spec struct {
 	// Network, when set, gives the jail egress (the engine needs a
 	// Config.Network); nil means loopback only.
 	Network *Network
+	// Image names the image the jail's root is (Engine.ImageNames); ""
+	// is the default image.
+	Image string
 }
 
 // Jail is one live jail: its run directory, container and first process.
@@ -66,6 +69,7 @@ type Jail struct {
 	slot       int    // which host id range is the jail's (slots)
 	idBase     uint32 // host id of the jail's uid 0
 	c          *libcontainer.Container
+	image      *image            // the jail's root's image, held until its teardown ends
 	cgroups    map[string]string // the jail's cgroup directories by controller ("" on v2)
 	net        *egress.Run       // nil: loopback only
 
@@ -118,13 +122,18 @@ func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
+	im, err := e.takeImage(sp.Image)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
 	e.live.Add(1)
 	e.alive.Add(1)
 	e.mu.Unlock()
-	j := &Jail{e: e, id: NewID(), limits: sp.Limits, done: make(chan struct{})}
+	j := &Jail{e: e, id: NewID(), limits: sp.Limits, image: im, done: make(chan struct{})}
 	j.runDir = filepath.Join(e.runsDir, j.id)
-	var err error
 	if j.slot, err = e.slots.get(); err != nil {
+		e.releaseImage(im)
 		e.alive.Add(-1)
 		e.live.Done()
 		return nil, err
@@ -132,6 +141,7 @@ func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
 	j.idBase = e.cfg.HostIDBase + uint32(j.slot)*idMapSize
 	if err := e.makeRunDir(j); err != nil {
 		e.slots.put(j.slot)
+		e.releaseImage(im)
 		e.alive.Add(-1)
 		e.live.Done()
 		return nil, err
@@ -560,6 +570,7 @@ func (j *Jail) Destroy() {
 		defer timer.Stop()
 		select {
 		case free := <-done:
+			j.e.releaseImage(j.image)
 			if free {
 				j.e.slots.put(j.slot)
 			} else {
@@ -569,7 +580,9 @@ func (j *Jail) Destroy() {
 			j.e.teardownFailures.Add(1)
 			j.e.log.Error("jail teardown exceeded its deadline; its host id range stays out of use until it ends", "id", j.id, "slot", j.slot, "deadline", teardownTimeout)
 			go func() {
-				if <-done {
+				free := <-done
+				j.e.releaseImage(j.image)
+				if free {
 					j.e.slots.put(j.slot)
 					j.e.log.Info("late jail teardown ended", "id", j.id, "slot", j.slot)
 				}
@@ -676,7 +689,7 @@ func (e *Engine) makeRunDir(j *Jail) (retErr error) {
 			return err
 		}
 	}
-	return e.mountRoot(dir)
+	return e.mountRoot(dir, j.image.img.Root)
 }
 
 // mountRoot mounts the jail's root at dir/root: a read-only overlay of the
@@ -688,14 +701,14 @@ func (e *Engine) makeRunDir(j *Jail) (retErr error) {
 // second is an empty directory. The layers are named relative to RunDir
 // because the jail's /proc/self/mountinfo shows them as given: no host
 // path or jail id.
-func (e *Engine) mountRoot(dir string) error {
+func (e *Engine) mountRoot(dir, imageRoot string) error {
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o555); err != nil {
 		return err
 	}
-	image, err := filepath.Rel(e.cfg.RunDir, e.image.Root)
+	image, err := filepath.Rel(e.cfg.RunDir, imageRoot)
 	if err != nil || strings.Contains(image, ":") || strings.HasPrefix(image, "..") {
-		return fmt.Errorf("image mount %s is not a plain path below %s", e.image.Root, e.cfg.RunDir)
+		return fmt.Errorf("image mount %s is not a plain path below %s", imageRoot, e.cfg.RunDir)
 	}
 	errc := make(chan error, 1)
 	go func() {
