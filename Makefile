@@ -150,8 +150,8 @@ deb: vm-deps rootfs ## build dist/jaild_*.deb and dist/jaild-rootfs_*.deb and ch
 	GO=$(GO) IMAGE_DIR=$(IMAGE_DIR) bash deploy/debian/build.sh dist
 	bash deploy/debian/lint.sh dist
 
-vm-test: deb ## boot a Debian guest with systemd and cgroup v2 (qemu), install the packages, run the guest suite (root; ~20 min without KVM)
-	GO=$(GO) bash tests/vm/run.sh dist
+vm-test: deb rootfs-images ## boot a Debian guest with systemd and cgroup v2 (qemu), install the packages, run the guest suite (root; ~20 min without KVM)
+	GO=$(GO) IMAGES_DIR=$(ROOTFS_CACHE) bash tests/vm/run.sh dist
 
 mcp-conformance: rootfs build ## the official MCP conformance suite against jailctl mcp --http (root; npm)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) bash tests/conformance/run.sh

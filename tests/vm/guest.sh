@@ -12,7 +12,7 @@ echo "vm-guest: kernel $(uname -r), /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgro
 
 # Off the 9p share first: binaries run from the guest's own disk.
 mkdir -p /opt/vmtest
-cp "$share/guest.test" "$share/jail.test" "$share/run.test" /opt/vmtest/ && cp -r "$share/src" /opt/vmtest/ || fail "copy"
+cp "$share/guest.test" "$share/jail.test" "$share/run.test" /opt/vmtest/ && cp -r "$share/src" "$share/images" /opt/vmtest/ || fail "copy"
 
 echo "vm-guest: apt-get install ./jaild_*.deb ./jaild-rootfs_*.deb (offline: every dependency is in the guest)"
 apt-get install -y "$share"/jaild_*.deb "$share"/jaild-rootfs_*.deb || fail "installing the packages"
@@ -30,7 +30,7 @@ journalctl -u jaild.service -u jaild.socket --no-pager > "$share/journal.txt" 2>
 echo "vm-guest: === internal/jail and internal/run tests against the installed image (pure cgroup v2, outside the service)"
 systemctl stop jaild.service jaild.socket
 image=$(sed -n 's/^image *= *"\([^"]*\)".*/\1/p' /etc/jaild/jaild.toml)
-(cd /opt/vmtest/src/internal/jail && JAILD_IMAGE_DIR=$image /opt/vmtest/jail.test -test.v -test.timeout 30m) || fail "internal/jail tests"
+(cd /opt/vmtest/src/internal/jail && JAILD_IMAGE_DIR=$image JAILD_IMAGES_DIR=/opt/vmtest/images /opt/vmtest/jail.test -test.v -test.timeout 30m) || fail "internal/jail tests"
 (cd /opt/vmtest/src/internal/run && JAILD_IMAGE_DIR=$image /opt/vmtest/run.test -test.v -test.timeout 30m) || fail "internal/run tests"
 
 echo "vm-guest: === removal and purge"

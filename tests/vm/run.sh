@@ -6,7 +6,8 @@
 # has not powered off by the deadline is killed and the test fails with its
 # console log. Runs as root; needs the packages built by `make deb` in DEBS.
 #
-# usage: tests/vm/run.sh DEBS_DIR      (env: VM_CACHE, VM_TIMEOUT seconds, VM_KEEP=1)
+# usage: tests/vm/run.sh DEBS_DIR      (env: VM_CACHE, VM_TIMEOUT seconds, VM_KEEP=1,
+#                                      IMAGES_DIR: where make rootfs-images built the images)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -33,6 +34,12 @@ mkdir -p "$share/src"
 # What the guest runs: the packages, the guest suite, and the jail and run
 # packages' own tests with the files they read relative to their source.
 cp "$debs"/jaild_*.deb "$debs"/jaild-rootfs_*.deb "$share/"
+# A second image for the engine's image tests (internal/jail's
+# TestEngineImages): python-minimal, built by make rootfs-images.
+second=${IMAGES_DIR:-/var/cache/jaild/rootfs}/python-minimal/current
+[[ -f $second/rootfs.squashfs ]] || die "no python-minimal image in $second (make rootfs-images)"
+mkdir -p "$share/images/python-minimal/current"
+cp "$second/rootfs.squashfs" "$second/manifest.json" "$share/images/python-minimal/current/"
 export CGO_ENABLED=1
 go=${GO:-go}
 "$go" test -c -trimpath -tags 'seccomp vmguest' -o "$share/guest.test" "$repo/tests/vm/guest"
