@@ -19,12 +19,14 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/egress"
@@ -66,16 +68,22 @@ func serve() error {
 	}
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	cfg, err := config.Load(*cfgPath, explicit)
-	if err != nil {
-		return err
-	}
-	for dst, v := range map[*string]string{&cfg.Socket: *socket, &cfg.Image: *image, &cfg.SeccompProfile: *profile, &cfg.RunDir: *runDir} {
-		if v != "" {
-			*dst = v
+	// load reads the configuration, at start and at each reload, with the
+	// flags over it.
+	load := func() (config.Config, error) {
+		cfg, err := config.Load(*cfgPath, explicit)
+		if err != nil {
+			return cfg, err
 		}
+		for dst, v := range map[*string]string{&cfg.Socket: *socket, &cfg.Image: *image, &cfg.SeccompProfile: *profile, &cfg.RunDir: *runDir} {
+			if v != "" {
+				*dst = v
+			}
+		}
+		return cfg, cfg.Validate()
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := load()
+	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -99,6 +107,10 @@ func serve() error {
 	if err != nil {
 		return errors.Join(err, closeNetwork(netm))
 	}
+	imgs := newImages(jails, cfg.Image, log)
+	if _, err := imgs.apply(cfg, nil); err != nil {
+		return errors.Join(err, jails.Close(), closeNetwork(netm))
+	}
 	if high := debug.SetMemoryLimit(-1); high > 0 && high < math.MaxInt64 {
 		// Above the runtime's soft limit (the config's, or GOMEMLIMIT's)
 		// by a margin: the runtime collects first, and the kernel
@@ -110,7 +122,7 @@ func serve() error {
 			log.Info("daemon cgroup memory.high set, plus the tmpfs of live jails", "cgroup", cg, "bytes", high+high/4)
 		}
 	}
-	engine, err := run.New(jails, run.Config{Logger: log, Pool: run.PoolConfig{
+	engine, err := run.New(jails, run.Config{Logger: log, Images: pools(cfg, jails.DefaultImage()), Pool: run.PoolConfig{
 		Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
 		MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
 		// Warm jails can serve any request within the callers' maxima.
@@ -148,16 +160,26 @@ func serve() error {
 		log.Info("serving metrics", "address", mln.Addr().String())
 	}
 	log.Info("jaild ready", "version", version.Version, "socket", cfg.Socket, "socket_activated", activated,
-		"rootfs", engine.Manifest().ImageDigest, "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
+		"rootfs", engine.Manifest().ImageDigest, "images", imgs.names(), "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving on "+cfg.Socket)
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case sig := <-sigs:
-		log.Info("shutting down", "signal", sig.String(), "grace", cfg.ShutdownGrace.Duration)
-	case err := <-served:
-		log.Error("server stopped", "err", err)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	current := cfg
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			log.Info("shutting down", "signal", sig.String(), "grace", cfg.ShutdownGrace.Duration)
+			break wait
+		case err := <-served:
+			log.Error("server stopped", "err", err)
+			break wait
+		case <-hups:
+			current = reload(current, load, imgs, engine, srv, log)
+		}
 	}
 	running, queued := srv.Usage()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping+"\nSTATUS=stopping: "+strconv.Itoa(running)+" runs in progress, "+strconv.Itoa(queued)+" queued")
@@ -170,6 +192,50 @@ func serve() error {
 		_ = os.Remove(cfg.Socket)
 	}
 	return errors.Join(engine.Close(), closeNetwork(netm))
+}
+
+// reload applies the configuration file again (SIGHUP, systemctl reload):
+// its images (image and [images]); a change to any other key is logged as
+// needing a restart. A configuration that does not load, or an image that
+// is missing, misnamed or tampered with, fails the whole reload and the
+// daemon goes on as before. It returns the configuration now in force.
+func reload(cur config.Config, load func() (config.Config, error), imgs *images, svc *run.Service, srv *server.Server, log *slog.Logger) config.Config {
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReloading+"\nMONOTONIC_USEC="+strconv.FormatInt(monotonicUsec(), 10))
+	defer func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving images "+imgs.names()) }()
+	next, err := load()
+	if err != nil {
+		log.Error("reload refused: the configuration does not load; nothing changed", "err", err)
+		return cur
+	}
+	if keys := next.NeedRestart(cur); len(keys) > 0 {
+		log.Warn("reload: these settings changed and take effect only at a restart", "keys", strings.Join(keys, ","))
+	}
+	applied := cur
+	applied.Image, applied.Images = next.Image, next.Images
+	changed, err := imgs.apply(applied, svc)
+	if !changed {
+		log.Error("reload refused; nothing changed", "err", err, "images", imgs.names())
+		return cur
+	}
+	srv.SetImages(applied)
+	if err != nil {
+		// Every image was verified, yet one did not mount: the others
+		// are applied, and the next reload tries it again.
+		log.Error("reload: an image could not be mounted", "err", err, "images", imgs.names())
+		return applied
+	}
+	log.Info("reloaded", "images", imgs.names())
+	return applied
+}
+
+// monotonicUsec is CLOCK_MONOTONIC in microseconds, which systemd wants
+// with RELOADING=1.
+func monotonicUsec() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano() / 1000
 }
 
 // memoryLimit sets the Go runtime's soft memory limit from the config,

@@ -25,6 +25,9 @@ type ExecuteRequest struct {
 	// response) or "store": each returned file goes into the file store
 	// and comes back as its file_id and sha256.
 	ReturnFilesAs string `json:"return_files_as,omitempty"`
+	// Image names the image to run in (GET /v1/info lists them); empty:
+	// the daemon's default image.
+	Image string `json:"image,omitempty"`
 }
 
 // Where returned files go: ExecuteRequest.ReturnFilesAs.
@@ -61,6 +64,7 @@ type Limits struct {
 // started, whatever its outcome.
 type ExecuteResponse struct {
 	RunID           string     `json:"run_id"`
+	Image           string     `json:"image"` // the name of the image it ran in
 	Status          string     `json:"status"`
 	ExitCode        *int       `json:"exit_code"` // null when killed by a signal
 	Signal          *int       `json:"signal"`    // null when it exited
@@ -126,6 +130,10 @@ type LintRequest struct {
 	Code   string   `json:"code"`
 	Select []string `json:"select,omitempty"`
 	Ignore []string `json:"ignore,omitempty"`
+	// Image names the image whose ruff lints (an image with ruff:
+	// ImageInfo.Ruff); empty: the default image, or when it has no ruff
+	// the first image by name that has.
+	Image string `json:"image,omitempty"`
 }
 
 // LintResponse is the 200 body of POST /v1/lint.
@@ -152,6 +160,8 @@ type Location struct {
 // FormatRequest is the body of POST /v1/format.
 type FormatRequest struct {
 	Code string `json:"code"`
+	// Image: as LintRequest.Image.
+	Image string `json:"image,omitempty"`
 }
 
 // FormatResponse is the 200 body of POST /v1/format.
@@ -164,7 +174,8 @@ type FormatResponse struct {
 type Info struct {
 	Version     string      `json:"version"`
 	API         string      `json:"api"`
-	Rootfs      RootfsInfo  `json:"rootfs"`
+	Rootfs      RootfsInfo  `json:"rootfs"` // the default image
+	Images      []ImageInfo `json:"images"`
 	Defaults    LimitValues `json:"default_limits"`
 	Maxima      LimitValues `json:"max_limits"`
 	AdminMaxima LimitValues `json:"admin_max_limits"`
@@ -247,6 +258,36 @@ type RootfsInfo struct {
 	PythonPackages map[string]string `json:"python_packages"`
 	Packages       int               `json:"debian_packages"`
 	BuiltAt        string            `json:"built_at"`
+}
+
+// ImageInfo describes one image the daemon serves (GET /v1/info):
+// requests name it in their image field.
+type ImageInfo struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default"` // a request without an image runs here
+	// ImageDigest is the sha256 of the image file, verified when the
+	// daemon mounted it.
+	ImageDigest    string            `json:"image_digest"`
+	SizeBytes      int64             `json:"size_bytes"`
+	PythonVersion  string            `json:"python_version"`
+	DebianSuite    string            `json:"debian_suite"`
+	PythonPackages map[string]string `json:"python_packages"`
+	// Wheels are the packages installed from the recipe's wheelhouse.
+	Wheels   []WheelInfo `json:"wheels"`
+	Packages int         `json:"debian_packages"`
+	BuiltAt  string      `json:"built_at"`
+	// Ruff: the image has ruff, so lint and format can run in it.
+	Ruff bool `json:"ruff"`
+	// Defaults are the limits of a run in this image that names none.
+	Defaults LimitValues `json:"default_limits"`
+	Pool     PoolInfo    `json:"pool"`
+}
+
+// WheelInfo is a package installed from an image recipe's wheelhouse.
+type WheelInfo struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	SHA256  []string `json:"sha256"`
 }
 
 // LimitValues are resolved limits.

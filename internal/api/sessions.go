@@ -13,6 +13,9 @@ type SessionCreateRequest struct {
 	Network      string            `json:"network,omitempty"`
 	AllowHosts   []string          `json:"allow_hosts,omitempty"`
 	Files        []FileIn          `json:"files,omitempty"`
+	// Image names the session's image (GET /v1/info lists them); empty:
+	// the default image.
+	Image string `json:"image,omitempty"`
 }
 
 // Session describes a session: the 201 body of POST /v1/sessions, and the
@@ -38,6 +41,8 @@ type Session struct {
 	Warm bool `json:"warm"`
 	// UID is the owner's uid (admins list everyone's).
 	UID uint32 `json:"uid"`
+	// Image is the name of the session's image.
+	Image string `json:"image"`
 }
 
 // Session states.

@@ -10,8 +10,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +92,118 @@ type Config struct {
 	Network     Network   `toml:"network"`
 	Sessions    Sessions  `toml:"sessions"`
 	Files       Files     `toml:"files"`
+	// Images are the images served beside the default (Image), by the
+	// name requests give in their image field; it must be the name in
+	// the image's manifest (rootfs/build.sh's recipe name).
+	Images map[string]Image `toml:"images"`
+}
+
+// Image is one more image the daemon serves. A reload (SIGHUP) adds,
+// replaces (a new build in Dir) and removes images without a restart.
+type Image struct {
+	Dir string `toml:"dir"` // a built image: rootfs.squashfs and manifest.json
+	// Defaults are the limits of a run in this image that names none; a
+	// key left out (0) takes [defaults]'. Each must be within [maxima].
+	Defaults Limits `toml:"defaults"`
+	// The image's warm pool (see [pool]): PoolSize jails that imported
+	// Preimport, PlainPoolSize (default 1) that imported none.
+	PoolSize      int      `toml:"pool_size"`
+	PlainPoolSize *int     `toml:"plain_pool_size"`
+	Preimport     []string `toml:"preimport"`
+}
+
+// DefaultPlainPoolSize is an image's plain_pool_size when it sets none.
+const DefaultPlainPoolSize = 1
+
+// PlainPool resolves plain_pool_size.
+func (im Image) PlainPool() int {
+	if im.PlainPoolSize == nil {
+		return DefaultPlainPoolSize
+	}
+	return *im.PlainPoolSize
+}
+
+// ImageDefaults are the default limits of a run in the image named name:
+// [defaults], with what its [images.NAME.defaults] sets instead. The
+// default image, and a name not in Images, get [defaults].
+func (c *Config) ImageDefaults(name string) Limits {
+	d := c.Defaults
+	im, ok := c.Images[name]
+	if !ok {
+		return d
+	}
+	for _, p := range []struct{ dst, v *int64 }{
+		{&d.TimeoutMs, &im.Defaults.TimeoutMs}, {&d.MemoryMB, &im.Defaults.MemoryMB}, {&d.Pids, &im.Defaults.Pids},
+		{&d.FileSizeMB, &im.Defaults.FileSizeMB}, {&d.OutputBytes, &im.Defaults.OutputBytes},
+	} {
+		if *p.v != 0 {
+			*p.dst = *p.v
+		}
+	}
+	return d
+}
+
+// ImageName is the form of an image's name (rootfs/build.sh's, and the
+// jail engine's).
+var ImageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// MaxImages bounds how many images one daemon serves beside its default.
+const MaxImages = 32
+
+func (c *Config) validateImages() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	if len(c.Images) > MaxImages {
+		bad("images", "at most %d images beside the default, got %d", MaxImages, len(c.Images))
+	}
+	dirs := map[string]string{filepath.Clean(c.Image): "image"}
+	names := make([]string, 0, len(c.Images))
+	for name := range c.Images {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		im := c.Images[name]
+		key := "images." + name
+		if !ImageName.MatchString(name) {
+			bad(key, "an image's name is 1..63 lower-case letters, digits, - and _, starting with a letter or digit")
+			continue
+		}
+		if !filepath.IsAbs(im.Dir) {
+			bad(key+".dir", "must be an absolute path, got %q", im.Dir)
+		} else if other, ok := dirs[filepath.Clean(im.Dir)]; ok {
+			bad(key+".dir", "is also %s's", other)
+		} else {
+			dirs[filepath.Clean(im.Dir)] = key + ".dir"
+		}
+		for _, f := range im.Defaults.fields(ceilings) {
+			if f.v < 0 || f.v > f.ceil {
+				bad(key+".defaults."+f.name, "must be in 1..%d (or left out for [defaults]'), got %d", f.ceil, f.v)
+			}
+		}
+		for _, f := range c.ImageDefaults(name).fields(c.Maxima) {
+			if f.v > f.ceil {
+				errs = append(errs, fmt.Errorf("%s.defaults.%s (%d) is above maxima.%s (%d)", key, f.name, f.v, f.name, f.ceil))
+			}
+		}
+		if im.PoolSize < 0 || im.PoolSize > 64 {
+			bad(key+".pool_size", "must be in 0..64 (0: no preloaded warm jails)")
+		}
+		if n := im.PlainPool(); n < 0 || n > 64 {
+			bad(key+".plain_pool_size", "must be in 0..64 (0: no plain warm jails; default %d)", DefaultPlainPoolSize)
+		}
+		for i, m := range im.Preimport {
+			if !moduleName.MatchString(m) {
+				bad(fmt.Sprintf("%s.preimport[%d]", key, i), "%q is not a Python module name", m)
+			}
+		}
+		if im.PoolSize > 0 && len(im.Preimport) == 0 {
+			bad(key+".pool_size", "preloaded jails need modules to preload: set %s.preimport, or use plain_pool_size", key)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Files configures the file store: files uploaded once (POST /v1/files)
@@ -374,7 +488,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
-	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate())
+	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate(), c.validateImages())
 	return errors.Join(errs...)
 }
 
@@ -591,4 +705,23 @@ func checkListen(addr string) error {
 		return fmt.Errorf("host %q is neither an IP address nor a host name", host)
 	}
 	return nil
+}
+
+// NeedRestart lists the keys (top-level keys and sections) whose values
+// differ between c and next other than image and [images], which a reload
+// applies: the others take effect only at a restart.
+func (c *Config) NeedRestart(next Config) []string {
+	a, b := reflect.ValueOf(*c), reflect.ValueOf(next)
+	var keys []string
+	for i := range a.NumField() {
+		f := a.Type().Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if key == "image" || key == "images" {
+			continue
+		}
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }

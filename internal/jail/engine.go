@@ -100,10 +100,10 @@ type Engine struct {
 
 	// The images jails can use, by name (images.go); the default one is
 	// Config.ImageDir's, named by its manifest.
-	defaultImage    string
-	defaultManifest *rootfs.Manifest
+	defaultImage string
 
-	mu       sync.Mutex
+	mu              sync.Mutex
+	defaultManifest *rootfs.Manifest
 	closed   bool
 	images   map[string]*image
 	imageSeq int            // names the mountpoints of added images
@@ -202,8 +202,13 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	return e, nil
 }
 
-// Manifest returns the verified manifest of the engine's default image.
-func (e *Engine) Manifest() *rootfs.Manifest { return e.defaultManifest }
+// Manifest returns the verified manifest of the engine's default image
+// (the latest, when AddImage replaced it).
+func (e *Engine) Manifest() *rootfs.Manifest {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.defaultManifest
+}
 
 // Seccomp returns the loaded seccomp profile; callers must not modify it.
 func (e *Engine) Seccomp() *specs.LinuxSeccomp { return e.seccomp }
@@ -235,13 +240,19 @@ func (e *Engine) Close() error {
 	e.restoreDynmods()
 	e.mu.Lock()
 	var errs []error
+	list := make([]*image, 0, len(e.images))
 	for name, im := range e.images {
-		if err := im.img.Close(); err != nil {
-			errs = append(errs, err)
-		}
+		list = append(list, im)
 		delete(e.images, name)
 	}
 	e.mu.Unlock()
+	for _, im := range list {
+		if err := im.img.Close(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.closeImage(im) // the mountpoint of an added image goes too
+	}
 	return errors.Join(errs...)
 }
 

@@ -63,14 +63,11 @@ func (e *Engine) ImageManifest(name string) *rootfs.Manifest {
 
 // AddImage verifies and mounts the image in dir under name, for the jails
 // created from now on. An image of that name already there is replaced:
-// jails using it keep it until they are destroyed. The default image
-// cannot be replaced.
+// jails using it keep it until they are destroyed. The default image can
+// be replaced only by an image of the same name (a new build of it).
 func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
 	if !validImageName.MatchString(name) {
 		return nil, fmt.Errorf("image name %q: want lower-case letters, digits, - and _ (at most 63)", name)
-	}
-	if name == e.defaultImage {
-		return nil, fmt.Errorf("image %q is the default image: it changes with a restart", name)
 	}
 	e.mu.Lock()
 	if e.closed {
@@ -88,6 +85,10 @@ func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
 		_ = os.Remove(mnt)
 		return nil, err
 	}
+	if name == e.defaultImage && img.Manifest.Name != name {
+		e.closeImage(&image{name: name, img: img})
+		return nil, fmt.Errorf("image %q is the default image; the image in %s is named %q (the default's name changes with a restart)", name, dir, img.Manifest.Name)
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -96,6 +97,9 @@ func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
 	}
 	old := e.images[name]
 	e.images[name] = &image{name: name, img: img}
+	if name == e.defaultImage {
+		e.defaultManifest = img.Manifest
+	}
 	var drop *image
 	if old != nil {
 		old.gone = true

@@ -85,7 +85,7 @@ func TestEngineImages(t *testing.T) {
 		t.Error("an image name with '/' was taken")
 	}
 	if _, err := testEngine.AddImage(def, secondImage(t)); err == nil {
-		t.Error("the default image was replaced")
+		t.Error("the default image was replaced by an image of another name")
 	}
 	// A tampered image (the manifest's digest no longer matches) is refused.
 	bad := t.TempDir()
@@ -183,5 +183,31 @@ func TestEngineImages(t *testing.T) {
 	}
 	if err := testEngine.RemoveImage(def); err == nil {
 		t.Error("the default image was removed")
+	}
+
+	// The default replaced by a new build of itself (here: the same
+	// image again) while a jail lives: the old mount goes with that jail.
+	testEngine.mu.Lock()
+	oldDef := testEngine.images[def].img.Root
+	testEngine.mu.Unlock()
+	jo, _ := shIn(t, "", "true")
+	m, err = testEngine.AddImage(def, testEngine.cfg.ImageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testEngine.mu.Lock()
+	newDef := testEngine.images[def].img.Root
+	testEngine.mu.Unlock()
+	if testEngine.Manifest() != m || testEngine.DefaultImage() != def || newDef == oldDef || !mounted(t, oldDef) || !mounted(t, newDef) {
+		t.Fatalf("default replaced: %s by %s, mounted %v %v", oldDef, newDef, mounted(t, oldDef), mounted(t, newDef))
+	}
+	jn, out := shIn(t, "", "ls /usr/lib/python3/dist-packages | grep -cx numpy || true")
+	jn.Destroy()
+	if strings.TrimSpace(out) != "1" || jn.Manifest() != m {
+		t.Errorf("a jail of the new default: numpy listed %q times", out)
+	}
+	jo.Destroy()
+	if mounted(t, oldDef) || !mounted(t, newDef) {
+		t.Errorf("after the old default's last jail: old mounted %v, new mounted %v", mounted(t, oldDef), mounted(t, newDef))
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/rootfs"
 )
 
 // The view from inside every jail.
@@ -172,6 +173,9 @@ func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
 
 // ID is the jail's id (random, unique on this host).
 func (j *Jail) ID() string { return j.id }
+
+// Manifest is the verified manifest of the jail's image.
+func (j *Jail) Manifest() *rootfs.Manifest { return j.image.img.Manifest }
 
 // WorkDir is the host path of the jail's WorkspaceDir. Its contents are
 // the jail's: open them only beneath it, without following links

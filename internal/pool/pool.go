@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,16 +100,38 @@ func New(cfg Config, create Create) *Pool {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
-	total := 0
-	for _, s := range cfg.Sizes {
-		total += s.N
-	}
-	if total > 0 {
-		go p.loop()
-	} else {
-		close(p.done)
-	}
+	go p.loop()
 	return p
+}
+
+// SetSizes replaces the sizes: idle items of a key no longer listed, or
+// beyond its new size, are destroyed, and the pool refills to the new
+// ones. An item whose creation was under way for a key that went is
+// destroyed when it is ready.
+func (p *Pool) SetSizes(sizes []Size) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.cfg.Sizes = slices.Clone(sizes)
+	var drop []Item
+	for k, list := range p.ready {
+		n := p.sizeLocked(k)
+		if len(list) > n {
+			drop = append(drop, list[n:]...)
+			p.ready[k] = list[:n]
+		}
+		if n == 0 {
+			delete(p.ready, k)
+			delete(p.failing, k)
+			delete(p.retryAt, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, it := range drop {
+		p.drops.Go(it.Destroy)
+	}
+	p.Kick()
 }
 
 // Size returns how many items of key the pool keeps ready.
@@ -116,6 +139,12 @@ func (p *Pool) Size(key Key) int {
 	if p == nil {
 		return 0
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sizeLocked(key)
+}
+
+func (p *Pool) sizeLocked(key Key) int {
 	for _, s := range p.cfg.Sizes {
 		if s.Key == key {
 			return s.N
@@ -163,8 +192,11 @@ func (p *Pool) Kick() {
 type Stats struct {
 	Size, Ready map[Key]int
 	Paused      bool // under memory pressure
-	// Refills are the creations of items of each key since the start.
-	Refills map[Key]Refills
+	// Refills are the creations of items of each key listed now since
+	// the start; KindRefills those of every key ever, by Kind (so that
+	// they only grow when keys come and go).
+	Refills     map[Key]Refills
+	KindRefills map[string]Refills
 }
 
 // RefillBuckets are the upper bounds, in seconds, of Refills.Buckets: a
@@ -196,7 +228,7 @@ func (r *Refills) observe(d time.Duration) {
 
 // Stats describes the pool.
 func (p *Pool) Stats() Stats {
-	st := Stats{Size: map[Key]int{}, Ready: map[Key]int{}, Refills: map[Key]Refills{}}
+	st := Stats{Size: map[Key]int{}, Ready: map[Key]int{}, Refills: map[Key]Refills{}, KindRefills: map[string]Refills{}}
 	if p == nil {
 		return st
 	}
@@ -210,6 +242,19 @@ func (p *Pool) Stats() Stats {
 			c.Buckets = append([]uint64(nil), r.Buckets...)
 			st.Refills[s.Key] = c
 		}
+	}
+	for k, r := range p.refills {
+		c := st.KindRefills[k.Kind]
+		c.Count += r.Count
+		c.Sum += r.Sum
+		c.Failed += r.Failed
+		if c.Buckets == nil {
+			c.Buckets = make([]uint64, len(RefillBuckets))
+		}
+		for i, b := range r.Buckets {
+			c.Buckets[i] += b
+		}
+		st.KindRefills[k.Kind] = c
 	}
 	st.Paused = p.pause
 	return st
@@ -280,11 +325,17 @@ func (p *Pool) loop() {
 				p.retryAt[key] = time.Now().Add(wait)
 			} else {
 				r.observe(took)
-				p.ready[key] = append(p.ready[key], it)
 				delete(p.failing, key)
 				delete(p.retryAt, key)
+				if len(p.ready[key]) < p.sizeLocked(key) {
+					p.ready[key] = append(p.ready[key], it)
+					it = nil
+				}
 			}
 			p.mu.Unlock()
+			if it != nil && err == nil {
+				it.Destroy() // its key went (SetSizes) while it was made
+			}
 			if err != nil {
 				p.log.Error("warm pool: create", "image", key.Image, "kind", key.Kind, "err", err, "retry_in", wait)
 			}

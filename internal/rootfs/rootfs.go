@@ -54,9 +54,28 @@ type Manifest struct {
 	DebianSuite    string            `json:"debian_suite"`
 	Packages       []Package         `json:"packages"`
 	PythonPackages map[string]string `json:"python_packages"`
+	Wheels         []Wheel           `json:"wheels,omitempty"` // installed from the recipe's wheelhouse
 	Runner         string            `json:"runner"`
 	Init           string            `json:"init"` // the jail's pid 1, which starts the runner
 	BuiltAt        string            `json:"built_at"`
+}
+
+// Wheel is a package installed from a recipe's wheelhouse, pinned by its
+// wheels' hashes.
+type Wheel struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	SHA256  []string `json:"sha256"`
+}
+
+// HasPackage reports whether the image has the Debian package name.
+func (m *Manifest) HasPackage(name string) bool {
+	for _, p := range m.Packages {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ParseManifest decodes and checks a manifest. It returns an error wrapping

@@ -17,7 +17,7 @@ import (
 // build on this.)
 func TestRunnerTakesManyJobs(t *testing.T) {
 	l := jail.DefaultLimits()
-	st, err := testEngine.start(l, nil, nil, nil, nil, false, nil, false)
+	st, err := testEngine.start("", l, nil, nil, nil, nil, false, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

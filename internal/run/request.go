@@ -104,6 +104,9 @@ type Request struct {
 	// Network, when set, gives the run egress (the jail engine needs a
 	// Config.Network); nil means loopback only.
 	Network *jail.Network
+	// Image names the image to run in (Service.Images); "" is the
+	// default.
+	Image string
 	Hooks
 }
 
@@ -215,6 +218,7 @@ const (
 // and has been bounded; text fields may hold invalid UTF-8.
 type Result struct {
 	ID              string
+	Image           string // the name of the image it ran in
 	Status          Status
 	ExitCode        int // -1 when killed by a signal
 	Signal          int // 0 when exited normally

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -17,8 +18,12 @@ import (
 
 // Config configures a Service.
 type Config struct {
-	// Pool configures the warm pool; the zero value disables it.
+	// Pool configures the warm pool (its sizes and Preimport are the
+	// default image's); the zero value disables it.
 	Pool PoolConfig
+	// Images are the warm pools of the engine's other images (SetImages
+	// changes them later); an image absent here has none.
+	Images map[string]ImagePool
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -26,14 +31,14 @@ type Config struct {
 // Service runs requests in jails of one engine. It is safe for concurrent
 // use.
 type Service struct {
-	e     *jail.Engine
-	log   *slog.Logger
-	cfg   PoolConfig
-	image string // the image's digest: the pool's keys
-	pool  *pool.Pool
-	tops  map[string]bool // top-level packages of cfg.Preimport
+	e    *jail.Engine
+	log  *slog.Logger
+	cfg  PoolConfig
+	pool *pool.Pool
 
 	mu        sync.Mutex
+	images    map[string]*servedImage // by name (SetImages)
+	gens      atomic.Int64            // servedImage.gen
 	closed    bool
 	sessions  map[*Session]struct{} // live sessions, ended by Close
 	running   sync.WaitGroup        // runs in progress
@@ -43,30 +48,33 @@ type Service struct {
 // New returns a Service over e and starts its warm pool. The Service owns
 // e from then on: Close closes it.
 func New(e *jail.Engine, cfg Config) (*Service, error) {
-	s := &Service{e: e, log: cfg.Logger, cfg: cfg.Pool, image: e.Manifest().ImageDigest, tops: map[string]bool{}}
+	s := &Service{e: e, log: cfg.Logger, cfg: cfg.Pool}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if p := cfg.Pool; p.Size+p.PlainSize > 0 {
-		if err := p.Limits.Validate(); err != nil {
-			return nil, fmt.Errorf("pool limits: %w", err)
+	pools := maps.Clone(cfg.Images)
+	if pools == nil {
+		pools = map[string]ImagePool{}
+	}
+	pools[e.DefaultImage()] = ImagePool{Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize}
+	for _, p := range pools {
+		if p.Size+p.PlainSize > 0 {
+			if err := cfg.Pool.Limits.Validate(); err != nil {
+				return nil, fmt.Errorf("pool limits: %w", err)
+			}
+			break
 		}
 	}
-	for _, m := range cfg.Pool.Preimport {
-		top, _, _ := strings.Cut(m, ".")
-		s.tops[top] = true
-	}
-	s.pool = pool.New(pool.Config{
-		// Plain first: on a tie it is the cheaper to refill.
-		Sizes:             []pool.Size{{Key: s.key(plain), N: cfg.Pool.PlainSize}, {Key: s.key(preloaded), N: cfg.Pool.Size}},
-		MinAvailableBytes: cfg.Pool.MinAvailableBytes,
-		Logger:            s.log,
-	}, s.createWarm)
+	s.pool = pool.New(pool.Config{MinAvailableBytes: cfg.Pool.MinAvailableBytes, Logger: s.log}, s.createWarm)
+	s.SetImages(pools)
 	return s, nil
 }
 
-// Manifest describes the image runs use.
+// Manifest describes the default image.
 func (s *Service) Manifest() *rootfs.Manifest { return s.e.Manifest() }
+
+// DefaultImage is the name of the image a request without one runs in.
+func (s *Service) DefaultImage() string { return s.e.DefaultImage() }
 
 // Seccomp returns the jails' seccomp profile; callers must not modify it.
 func (s *Service) Seccomp() *specs.LinuxSeccomp { return s.e.Seccomp() }
@@ -133,13 +141,17 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	im, err := s.image(req.Image)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.running.Done()
 
 	began := time.Now()
-	st, warm := s.takeWarm(req)
+	st, warm := s.takeWarm(im, req)
 	if warm {
 		// The refill is kicked after this run, not when the jail is taken:
 		// a jail starting alongside the run would take CPU from it
@@ -152,8 +164,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 		}
 	}
 	if st == nil {
-		var err error
-		if st, err = s.start(req.Limits, req.Network, req.Files, req.Command, req.Env, false, nil, false); err != nil {
+		if st, err = s.start(im.name, req.Limits, req.Network, req.Files, req.Command, req.Env, false, nil, false); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +177,7 @@ func (s *Service) Run(ctx context.Context, req *Request) (*Result, error) {
 		st.Destroy()
 		return nil, err
 	}
-	res.Warm, res.Start = warm, startTime
+	res.Warm, res.Start, res.Image = warm, startTime, im.name
 	s.teardowns.Go(st.Destroy)
 	return res, nil
 }

@@ -41,8 +41,10 @@ type SessionSpec struct {
 	// lifetime. Each call has its own timeout and output bound.
 	Limits  jail.Limits
 	Network *jail.Network
-	Files   []File
-	Env     map[string]string
+	// Image names the session's image; "" is the default.
+	Image string
+	Files []File
+	Env   map[string]string
 }
 
 // Call is one call of a session.
@@ -123,6 +125,7 @@ type Session struct {
 	limits jail.Limits
 	env    map[string]string
 	warm   bool
+	image  string
 
 	stdout, stderr *stream
 	events         chan string // init's status lines
@@ -161,6 +164,10 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	if err := ValidateEnv(spec.Env); err != nil {
 		return nil, err
 	}
+	im, err := s.image(spec.Image)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -169,7 +176,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	var st *started
 	warm := false
 	if spec.Network == nil {
-		st, warm = s.takeWarm(&Request{Limits: spec.Limits, Env: spec.Env})
+		st, warm = s.takeWarm(im, &Request{Limits: spec.Limits, Env: spec.Env})
 		if warm {
 			defer s.pool.Kick()
 			if err := s.fit(st, &Request{Limits: spec.Limits, Files: spec.Files}); err != nil {
@@ -180,8 +187,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		}
 	}
 	if st == nil {
-		var err error
-		if st, err = s.start(spec.Limits, spec.Network, spec.Files, nil, spec.Env, false, nil, true); err != nil {
+		if st, err = s.start(im.name, spec.Limits, spec.Network, spec.Files, nil, spec.Env, false, nil, true); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +204,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		return nil, fmt.Errorf("session mode: %w", err)
 	}
 	ss := &Session{
-		s: s, st: st, limits: spec.Limits, env: spec.Env, warm: warm, fresh: true,
+		s: s, st: st, limits: spec.Limits, env: spec.Env, warm: warm, image: im.name, fresh: true,
 		stdout:    newStream(st.p.stdoutR),
 		stderr:    newStream(st.p.stderrR),
 		events:    make(chan string, 8),
@@ -238,6 +244,9 @@ func (ss *Session) ID() string { return ss.st.j.ID() }
 
 // Warm says the session took a warm jail.
 func (ss *Session) Warm() bool { return ss.warm }
+
+// Image is the name of the session's image.
+func (ss *Session) Image() string { return ss.image }
 
 // Done is closed when the session has ended (Close, repeated losses, or
 // its jail ended); EndReason says why.

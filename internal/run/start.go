@@ -32,14 +32,14 @@ func (st *started) Destroy() {
 	st.p.closeAll()
 }
 
-// start creates a jail, writes files into its workspace and starts its
+// start creates a jail of the image named image, writes files into its workspace and starts its
 // first process: the Python runner, waiting for its job on fd 3, or
 // command. A warm runner imports its own lazy modules and preimport, says
 // ready, and waits. control gives the jail's init its control and status
 // pipes, which a session needs (see session.go). On error nothing is left
 // behind.
-func (s *Service) start(l jail.Limits, network *jail.Network, files []File, command []string, env map[string]string, warm bool, preimport []string, control bool) (_ *started, retErr error) {
-	j, err := s.e.Create(jail.Spec{Limits: l, Network: network})
+func (s *Service) start(image string, l jail.Limits, network *jail.Network, files []File, command []string, env map[string]string, warm bool, preimport []string, control bool) (_ *started, retErr error) {
+	j, err := s.e.Create(jail.Spec{Image: image, Limits: l, Network: network})
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (s *Service) start(l jail.Limits, network *jail.Network, files []File, comm
 	args := command
 	envList := environ(l, env)
 	if runner {
-		m := s.e.Manifest()
+		m := j.Manifest()
 		args = append([]string{m.Init}, runnerArgs(m.Runner)...)
 		if warm {
 			envList = append(envList, "JAILD_PREIMPORT="+strings.Join(preimport, ","))

@@ -56,16 +56,24 @@ const (
 	plain     = "plain"
 )
 
-func (s *Service) key(kind string) pool.Key { return pool.Key{Image: s.image, Kind: kind} }
-
-// PoolStats describes the warm pool.
+// PoolStats describes the warm pool of every image together: sizes and
+// ready jails summed, the creations of every image ever (so they only
+// grow), and the default image's Preimport.
 func (s *Service) PoolStats() PoolStats {
 	st := s.pool.Stats()
-	pre, pl := s.key(preloaded), s.key(plain)
-	return PoolStats{
-		Size: st.Size[pre], Ready: st.Ready[pre], PlainSize: st.Size[pl], PlainReady: st.Ready[pl],
-		Preimport: s.cfg.Preimport, Paused: st.Paused, Refill: st.Refills[pre], PlainRefill: st.Refills[pl],
+	out := PoolStats{Paused: st.Paused, Refill: st.KindRefills[preloaded], PlainRefill: st.KindRefills[plain]}
+	for k, n := range st.Size {
+		r := st.Ready[k]
+		if k.Kind == preloaded {
+			out.Size, out.Ready = out.Size+n, out.Ready+r
+		} else {
+			out.PlainSize, out.PlainReady = out.PlainSize+n, out.PlainReady+r
+		}
 	}
+	if im, err := s.image(""); err == nil {
+		out.Preimport = im.pool.Preimport
+	}
+	return out
 }
 
 // warmJail is a pool item: a started jail whose runner said ready.
@@ -83,12 +91,20 @@ func (w warmJail) Dead() bool {
 
 // createWarm makes one warm jail of the pool's key.
 func (s *Service) createWarm(key pool.Key, stop <-chan struct{}) (pool.Item, error) {
+	im := s.imageOfKey(key)
+	if im == nil {
+		return nil, fmt.Errorf("image %s is no longer served", key.Image)
+	}
 	var preimport []string
 	if key.Kind == preloaded {
-		preimport = s.cfg.Preimport
+		preimport = im.pool.Preimport
 	}
-	st, err := s.start(s.cfg.Limits, nil, nil, nil, nil, true, preimport, true)
+	st, err := s.start(im.name, s.cfg.Limits, nil, nil, nil, nil, true, preimport, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkImage(st, im); err != nil {
+		st.Destroy()
 		return nil, err
 	}
 	if err := awaitReady(st, stop); err != nil {
@@ -100,8 +116,8 @@ func (s *Service) createWarm(key pool.Key, stop <-chan struct{}) (pool.Item, err
 
 // takeWarm returns a ready warm jail that can serve req, or nil. Warm
 // jails have loopback only: a run with egress gets a jail made for it.
-func (s *Service) takeWarm(req *Request) (*started, bool) {
-	if s.pool.Size(s.key(preloaded))+s.pool.Size(s.key(plain)) == 0 || req.Command != nil || req.Network != nil || !req.Limits.FitsUnder(s.cfg.Limits) {
+func (s *Service) takeWarm(im *servedImage, req *Request) (*started, bool) {
+	if im.pool.Size+im.pool.PlainSize == 0 || req.Command != nil || req.Network != nil || !req.Limits.FitsUnder(s.cfg.Limits) {
 		return nil, false
 	}
 	for k := range req.Env {
@@ -112,12 +128,12 @@ func (s *Service) takeWarm(req *Request) (*started, bool) {
 	// Code that imports a pre-import is best served preloaded, else plain
 	// (the import then happens in the run). Other code takes a plain jail
 	// only, unless there are none: then preloaded jails serve everything.
-	order := []pool.Key{s.key(plain)}
+	order := []pool.Key{im.key(plain)}
 	switch {
-	case len(s.tops) > 0 && importsAny(req.Code, s.tops):
-		order = []pool.Key{s.key(preloaded), s.key(plain)}
-	case s.pool.Size(s.key(plain)) == 0 || len(s.tops) == 0:
-		order = []pool.Key{s.key(plain), s.key(preloaded)}
+	case len(im.tops) > 0 && importsAny(req.Code, im.tops):
+		order = []pool.Key{im.key(preloaded), im.key(plain)}
+	case im.pool.PlainSize == 0 || len(im.tops) == 0:
+		order = []pool.Key{im.key(plain), im.key(preloaded)}
 	}
 	it, _, ok := s.pool.Take(order...)
 	if !ok {

@@ -11,6 +11,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/runner"
 )
@@ -18,7 +19,22 @@ import (
 // These tests need neither root nor a jail: they exercise decoding and
 // validation, which happen before anything is created.
 
-func testServer() *Server { return &Server{cfg: config.Default()} }
+func testServer() *Server {
+	s := &Server{cfg: config.Default(), engine: imagesEngine{}}
+	s.SetImages(s.cfg)
+	return s
+}
+
+// imagesEngine is an engine that only knows its images: the default
+// "python" (with ruff) and "small" (without).
+type imagesEngine struct{ Engine }
+
+func (imagesEngine) Images() []run.ImageStats {
+	return []run.ImageStats{
+		{Name: "python", Default: true, Manifest: &rootfs.Manifest{Name: "python", Packages: []rootfs.Package{{Name: "ruff"}}}},
+		{Name: "small", Manifest: &rootfs.Manifest{Name: "small"}},
+	}
+}
 
 func decodeExecute(s *Server, body string, who admission.Caller) (*run.Request, error) {
 	r := httptest.NewRequest("POST", "/v1/execute", strings.NewReader(body))

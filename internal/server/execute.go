@@ -204,11 +204,15 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	if err := checkRunCode(req.Code); err != nil {
 		return nil, err
 	}
-	limits, err := s.limits(req.Limits, who)
+	im, err := s.image(req.Image)
 	if err != nil {
 		return nil, err
 	}
-	jr := &run.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits}
+	limits, err := s.limits(req.Limits, who, im.Name)
+	if err != nil {
+		return nil, err
+	}
+	jr := &run.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits, Image: im.Name}
 	if req.Stdin != nil {
 		if len(*req.Stdin) > maxStdinBytes {
 			return nil, errdefs.Field("stdin", "is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
@@ -367,11 +371,12 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 	return &jail.Network{Allow: allow}, nil
 }
 
-// limits resolves a request's limits: defaults for what it leaves out,
+// limits resolves a request's limits: the defaults of its image for what
+// it leaves out,
 // and a clear refusal, naming the field and the bound, for a value below 1
 // or above the caller's maxima. A caller can never raise a limit.
-func (s *Server) limits(in *api.Limits, who admission.Caller) (jail.Limits, error) {
-	d, m := s.cfg.Defaults, s.cfg.Maxima
+func (s *Server) limits(in *api.Limits, who admission.Caller, image string) (jail.Limits, error) {
+	d, m := s.imgCfg.Load().ImageDefaults(image), s.cfg.Maxima
 	if who.Admin {
 		m = s.cfg.AdminMaxima
 	}
@@ -429,6 +434,7 @@ func EngineLimits(v config.Limits) jail.Limits {
 func response(res *run.Result, l jail.Limits, bulk *bulkSet) *api.ExecuteResponse {
 	out := &api.ExecuteResponse{
 		RunID:           res.ID,
+		Image:           res.Image,
 		Status:          string(res.Status),
 		Stdout:          bulk.addText(res.Stdout),
 		Stderr:          bulk.addText(res.Stderr),

@@ -43,13 +43,17 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	if n.Enabled {
 		info.Network.MaxConnections, info.Network.MaxBytesPerSecond = n.MaxConnections, n.MaxBytesPerSecond
 	}
-	ps := s.engine.PoolStats()
-	info.Pool = api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, PlainSize: ps.PlainSize, PlainReady: ps.PlainReady, Paused: ps.Paused}
-	if info.Rootfs.PythonPackages == nil {
-		info.Rootfs.PythonPackages = map[string]string{}
+	info.Images = s.imagesInfo()
+	for _, im := range info.Images {
+		if im.Default {
+			info.Pool = im.Pool
+		}
 	}
 	if info.Pool.Preimport == nil {
 		info.Pool.Preimport = []string{}
+	}
+	if info.Rootfs.PythonPackages == nil {
+		info.Rootfs.PythonPackages = map[string]string{}
 	}
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
 		info.Caller.QuotaRemaining = &n

@@ -49,12 +49,16 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	if err == nil {
 		err = ruff.CheckRules("ignore", req.Ignore)
 	}
+	var image string
+	if err == nil {
+		image, err = s.ruffImage(req.Image)
+	}
 	if err != nil {
 		s.audit.refused(who, "lint", err)
 		return err
 	}
 	args := ruff.CheckArgs(req.Select, req.Ignore)
-	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Limits: s.ruffLimits()}
+	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -98,11 +102,15 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 	if err == nil {
 		err = checkCode(req.Code)
 	}
+	var image string
+	if err == nil {
+		image, err = s.ruffImage(req.Image)
+	}
 	if err != nil {
 		s.audit.refused(who, "format", err)
 		return err
 	}
-	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Limits: s.ruffLimits()}
+	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -43,6 +44,9 @@ type Engine interface {
 	// their class; any other error is the daemon's.
 	Run(ctx context.Context, req *run.Request) (*run.Result, error)
 	Manifest() *rootfs.Manifest
+	// Images are the images runs can name, sorted by name; one is the
+	// default.
+	Images() []run.ImageStats
 	Seccomp() *specs.LinuxSeccomp
 	PoolStats() run.PoolStats
 	CgroupMode() string
@@ -71,6 +75,7 @@ type Server struct {
 	budget   *memBudget
 	files    *filestore.Store // nil when the file store is disabled
 	metrics  *metrics.Metrics
+	imgCfg   atomic.Pointer[config.Config] // images' default limits (SetImages)
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
@@ -100,6 +105,7 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 		}),
 		adminCache: map[groupKey]adminEntry{},
 	}
+	s.SetImages(cfg)
 	if g, err := user.LookupGroup(cfg.AdminGroup); err == nil {
 		s.adminG = g.Gid
 	}

@@ -48,6 +48,7 @@ type sessionMeta struct {
 	limits      jail.Limits // the jail's, with the calls' default timeout and output bound
 	wireLimits  api.LimitValues
 	network     string
+	image       string
 	maxTimeout  int64 // the owner's maxima for a call
 	maxOutput   int64
 	workspaceSz int64
@@ -81,7 +82,11 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
 	}
-	limits, err := s.limits(req.Limits, who)
+	im, err := s.image(req.Image)
+	if err != nil {
+		return fail(err)
+	}
+	limits, err := s.limits(req.Limits, who, im.Name)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,7 +135,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	spec := limits
 	spec.Timeout = ttl // RLIMIT_CPU's hard limit: one interpreter's CPU over the session's life
-	h, err := s.engine.NewSession(run.SessionSpec{Limits: spec, Network: netw, Files: files, Env: req.Env})
+	h, err := s.engine.NewSession(run.SessionSpec{Limits: spec, Network: netw, Files: files, Env: req.Env, Image: im.Name})
 	release()
 	if err != nil {
 		res.Release()
@@ -141,7 +146,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		m = s.cfg.AdminMaxima
 	}
 	meta := &sessionMeta{
-		h: h, limits: limits, wireLimits: wireOf(limits), network: api.NetworkNone,
+		h: h, limits: limits, wireLimits: wireOf(limits), network: api.NetworkNone, image: im.Name,
 		maxTimeout: m.TimeoutMs, maxOutput: m.OutputBytes, workspaceSz: limits.WorkspaceBytes,
 	}
 	if netw != nil {
@@ -158,7 +163,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return fail(errdefs.New(errdefs.ErrUnavailable, "client went away while the session was made; it was ended"))
 	}
 	s.log.Info("audit", "op", "session_create", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
-		"session_id", info.ID, "warm", h.Warm(), "memory_mb", limits.MemoryBytes>>20, "pids", limits.Pids,
+		"session_id", info.ID, "image", im.Name, "warm", h.Warm(), "memory_mb", limits.MemoryBytes>>20, "pids", limits.Pids,
 		"idle_timeout_s", int64(idle/time.Second), "ttl_s", int64(ttl/time.Second), "network", meta.network)
 	writeJSON(w, http.StatusCreated, sessionWire(info))
 	return nil
@@ -215,7 +220,7 @@ func sessionWire(i sessions.Info) api.Session {
 		State: i.State, ExecutionCount: i.Calls, LastUsedAt: i.LastUsed.UTC(), UID: i.Owner,
 	}
 	if m, ok := i.Meta.(*sessionMeta); ok {
-		out.Limits, out.Network, out.Warm = m.wireLimits, m.network, m.h.Warm()
+		out.Limits, out.Network, out.Warm, out.Image = m.wireLimits, m.network, m.h.Warm(), m.image
 	}
 	if i.EndReason != "" {
 		reason := i.EndReason
@@ -292,6 +297,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		return fail(err)
 	}
 	done(res.Count)
+	res.Result.Image = meta.image
 	l := meta.limits
 	l.Timeout, l.OutputBytes = call.Timeout, call.OutputBytes
 	bulk := newBulkSet()

@@ -34,6 +34,9 @@ type Engine struct {
 	SessionExec func(ctx context.Context, c *run.Call) (*run.CallResult, error)
 	// JailCountsValue is what JailCounts reports.
 	JailCountsValue jail.JailCounts
+	// ImagesValue, when set, is what Images reports; else the images
+	// "test" (the default, with ruff) and "test-small" (without).
+	ImagesValue []run.ImageStats
 
 	mu       sync.Mutex
 	requests []*run.Request
@@ -50,9 +53,13 @@ func (e *Engine) Run(ctx context.Context, req *run.Request) (*run.Result, error)
 	f := e.RunFunc
 	e.mu.Unlock()
 	if f == nil {
-		return &run.Result{ID: jail.NewID(), Status: run.StatusOK}, nil
+		return &run.Result{ID: jail.NewID(), Status: run.StatusOK, Image: req.Image}, nil
 	}
-	return f(ctx, req)
+	res, err := f(ctx, req)
+	if res != nil && res.Image == "" {
+		res.Image = req.Image // as the real engine reports it
+	}
+	return res, err
 }
 
 // Requests returns the requests Run received, in order.
@@ -64,7 +71,22 @@ func (e *Engine) Requests() []*run.Request {
 
 // Manifest describes a fake image.
 func (e *Engine) Manifest() *rootfs.Manifest {
-	return &rootfs.Manifest{Schema: 1, Name: "test", ImageDigest: "sha256:" + string(bytes.Repeat([]byte("0"), 64)), PythonVersion: "3.13.0", DebianSuite: "test"}
+	return &rootfs.Manifest{Schema: 1, Name: "test", ImageDigest: "sha256:" + string(bytes.Repeat([]byte("0"), 64)), PythonVersion: "3.13.0", DebianSuite: "test",
+		Packages: []rootfs.Package{{Name: "python3", Version: "3.13.0-1"}, {Name: "ruff", Version: "0.16.10+ds-1"}}}
+}
+
+// Images reports ImagesValue, or the default image "test" and the image
+// "test-small" without ruff.
+func (e *Engine) Images() []run.ImageStats {
+	e.mu.Lock()
+	v := e.ImagesValue
+	e.mu.Unlock()
+	if v != nil {
+		return v
+	}
+	small := &rootfs.Manifest{Schema: 1, Name: "test-small", ImageDigest: "sha256:" + string(bytes.Repeat([]byte("1"), 64)), PythonVersion: "3.13.0", DebianSuite: "test",
+		Packages: []rootfs.Package{{Name: "python3", Version: "3.13.0-1"}}, Wheels: []rootfs.Wheel{{Name: "acme", Version: "1.0", SHA256: []string{"sha256:" + string(bytes.Repeat([]byte("a"), 64))}}}}
+	return []run.ImageStats{{Name: "test", Default: true, Manifest: e.Manifest()}, {Name: "test-small", Manifest: small}}
 }
 
 // Seccomp returns a one-rule profile.
