@@ -350,5 +350,32 @@ print(quiet, len(hits) - quiet)`})
 				}
 				return "no host listener and no daemon socket in /proc/net/{tcp,tcp6,unix}"
 			}},
+		{id: "D12", cat: catLeaks, title: "a run in the second image the daemon serves (python-minimal beside the default)",
+			expect: "it runs in that image only (none of the default's packages), its mount table names no host path of either image, and the image stays mounted once on the host",
+			run: func(t *testing.T, h *hostile) string {
+				r := h.exec(t, map[string]any{"image": hostileSecondImage, "code": `import importlib.util, json
+print(json.dumps({'numpy': importlib.util.find_spec('numpy') is not None, 'mounts': open('/proc/self/mountinfo').read()}))
+`})
+				wantStatus(t, r, "ok")
+				if r.Image != hostileSecondImage {
+					t.Errorf("ran in %q, want %s", r.Image, hostileSecondImage)
+				}
+				got := outJSON(t, r)
+				if got["numpy"] != false {
+					t.Errorf("numpy importable in %s", hostileSecondImage)
+				}
+				mounts := fmt.Sprint(got["mounts"])
+				second, _ := filepath.EvalSymlinks(filepath.Join(imagesRoot(), hostileSecondImage, "current"))
+				def, _ := filepath.EvalSymlinks(imageDir)
+				for _, s := range []string{h.d.dir, second, def, imagesRoot(), "/var/cache/jaild", r.RunID} {
+					if strings.Contains(mounts, s) {
+						t.Errorf("the run's mountinfo mentions %q:\n%s", s, mounts)
+					}
+				}
+				if n := len(imageMounts(h.d)); n != 1 {
+					t.Errorf("%d image mounts of the daemon beside its default, want 1", n)
+				}
+				return "ran in " + hostileSecondImage + " without numpy; no host path of either image in its mountinfo; one mount of the image on the host"
+			}},
 	}
 }

@@ -108,7 +108,16 @@ const hostileMemLimit = 64 << 20
 // unprivileged requests cannot exhaust; and the small file-store bounds
 // of the T cases (hostileStore).
 func hostileAdmission(cfg string) string {
-	return setKeys(hostileStore(cfg), map[string]string{"max_concurrent": "2", "queue_size": "2", "queue_wait": `"1s"`, "daily_quota": "100"})
+	return setKeys(hostileStore(cfg), map[string]string{"max_concurrent": "2", "queue_size": "2", "queue_wait": `"1s"`, "daily_quota": "100"}) + hostileImages()
+}
+
+// hostileSecondImage is the image the hostile daemon serves beside its
+// default, with a warm jail of its own, so that every leak check runs
+// with several images served at once (and D12 runs in it).
+const hostileSecondImage = "python-minimal"
+
+func hostileImages() string {
+	return fmt.Sprintf("[images.%s]\ndir = %q\n", hostileSecondImage, filepath.Join(imagesRoot(), hostileSecondImage, "current"))
 }
 
 func startHostile(t *testing.T, networked bool) *hostile {
@@ -230,9 +239,13 @@ func (h *hostile) info(t *testing.T) api.Info {
 
 func (h *hostile) waitPoolFull(t *testing.T) {
 	t.Helper()
-	waitFor(t, 90*time.Second, "the warm pool to fill", func() bool {
-		p := h.info(t).Pool
-		return p.Ready >= p.Size && p.PlainReady >= p.PlainSize
+	waitFor(t, 90*time.Second, "the warm pools to fill", func() bool {
+		for _, im := range h.info(t).Images {
+			if p := im.Pool; p.Ready < p.Size || p.PlainReady < p.PlainSize {
+				return false
+			}
+		}
+		return true
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
 // imagesSection is the [images] configuration serving each named image
@@ -343,6 +344,42 @@ func TestImagesReload(t *testing.T) {
 	}
 	if got := imageMounts(d); len(got) != 1 {
 		t.Errorf("after the refused reloads: mounts %v", got)
+	}
+	m := scrapeURL(t, d.client, "http://jaild/metrics")
+	k := metricstest.Key
+	infos := 0
+	for key := range m {
+		if strings.HasPrefix(key, "jaild_image_info{") {
+			infos++
+		}
+	}
+	if m[k("jaild_config_last_reload_successful")] != 0 || m[k("jaild_image_info", "image", "python-ml", "digest", served["python-ml"].ImageDigest, "default", "false")] != 1 ||
+		m[k("jaild_image_info", "image", "python", "digest", served["python"].ImageDigest, "default", "true")] != 1 || infos != 2 {
+		t.Errorf("metrics after a refused reload: successful %v, %d image_info series", m[k("jaild_config_last_reload_successful")], infos)
+	}
+	// No jail is left but the warm pools' (full again), and no cgroup but
+	// theirs.
+	var pooled int
+	waitFor(t, time.Minute, "the warm pools to refill", func() bool {
+		var info api.Info
+		d.call(t, "GET", "/v1/info", nil, &info)
+		ready, size := 0, 0
+		for _, im := range info.Images {
+			ready += im.Pool.Ready + im.Pool.PlainReady
+			size += im.Pool.Size + im.Pool.PlainSize
+		}
+		pooled = size
+		return ready == size
+	})
+	if alive := scrapeURL(t, d.client, "http://jaild/metrics")[k("jaild_jails_alive")]; int(alive) != pooled {
+		t.Errorf("%v jails alive after the reloads, want the pools' %d", alive, pooled)
+	}
+	cg, err := cgroupsOf(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live := cg.live(); len(live) != pooled {
+		t.Errorf("%d jail cgroups after the reloads, want the pools' %d", len(live), pooled)
 	}
 	if err := d.stop(); err != nil {
 		t.Fatal(err)

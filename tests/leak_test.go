@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,8 +245,9 @@ type snapshot struct {
 	runDir   []string // entries of <daemon dir>/run
 	dir      []string // entries of <daemon dir>
 	sysvipc  []string
-	keys     int // keys owned by jail uids
-	jails    int // live jails of every test daemon
+	keys     int      // keys owned by jail uids
+	jails    int      // live jails of every test daemon
+	images   []string // the daemon's image mounts (run/images/<n>)
 }
 
 func (h *hostile) snapshot(t *testing.T) *snapshot {
@@ -271,6 +273,7 @@ func (h *hostile) snapshot(t *testing.T) *snapshot {
 		sysvipc:  sysvIPC(),
 		keys:     jailKeys(),
 		jails:    len(h.cg.live()) + h.otherDaemonJails(),
+		images:   imageMounts(h.d),
 	}
 }
 
@@ -503,8 +506,10 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 	h.mu.Lock()
 	ids := append([]string(nil), h.runIDs...)
 	h.mu.Unlock()
-	pool := h.info(t).Pool
-	poolSize := pool.Size + pool.PlainSize
+	poolSize := 0
+	for _, im := range h.info(t).Images {
+		poolSize += im.Pool.Size + im.Pool.PlainSize
+	}
 	h.d.client.CloseIdleConnections()
 	cur := &snapshot{}
 	var why string
@@ -550,7 +555,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			// overlay) at run/runs/<id>/root.
 			id, isRun := strings.CutPrefix(rel, "run/runs/")
 			id, _, _ = strings.Cut(id, "/")
-			if rel != "run/rootfs" && !(isRun && live[id]) {
+			if rel != "run/rootfs" && !(isRun && live[id]) && !slices.Contains(h.base.images, m.point) {
 				why = "host mount " + m.point + " (" + m.fstype + ") belongs to no live jail"
 				return false
 			}

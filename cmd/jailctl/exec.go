@@ -78,6 +78,7 @@ func runExec(e *env, args []string) int {
 		allowHosts = append(allowHosts, s)
 		return nil
 	})
+	image := imageFlag(fs, "run in the image `NAME` (\"jailctl images\" lists them; default: the daemon's default image)")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
 	socket := socketFlag(fs)
 
@@ -88,7 +89,7 @@ func runExec(e *env, args []string) int {
 	codeSet := false
 	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
 
-	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive, Network: *network, AllowHosts: allowHosts}
+	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive, Network: *network, AllowHosts: allowHosts, Image: *image}
 	if len(allowHosts) > 0 && req.Network == "" {
 		req.Network = api.NetworkInternet // --allow-host means egress
 	}

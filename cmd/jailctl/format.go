@@ -19,6 +19,7 @@ func runFormat(e *env, args []string) int {
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
 	check := fs.Bool("check", false, "print nothing; exit 1 if formatting would change the code")
 	write := fs.Bool("write", false, "rewrite FILE in place if formatting changes it")
+	image := imageFlag(fs, ruffImageUsage)
 	socket := socketFlag(fs)
 	pos, rc, ok := e.parse(fs, args, 1)
 	if !ok {
@@ -38,7 +39,7 @@ func runFormat(e *env, args []string) int {
 	if err != nil {
 		return e.errorf("%v", err)
 	}
-	req := &api.FormatRequest{Code: code}
+	req := &api.FormatRequest{Code: code, Image: *image}
 
 	var resp api.FormatResponse
 	if *jsonOut {

@@ -49,6 +49,7 @@ func writeInfo(e *env, info *api.Info) {
 		row("rootfs built:", "%s", info.Rootfs.BuiltAt)
 	}
 	row("packages:", "%d python, %d debian (see --json)", len(info.Rootfs.PythonPackages), info.Rootfs.Packages)
+	writeImageLines(tw, "images:", info.Images)
 	row("default limits:", "%s", limitsString(info.Defaults))
 	row("max limits:", "%s", limitsString(info.Maxima))
 	if info.Caller.Admin {

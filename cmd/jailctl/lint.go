@@ -32,6 +32,7 @@ func runLint(e *env, args []string) int {
 	var sel, ignore codesFlag
 	fs.Var(&sel, "select", "enable only the rules `CODES` (comma-separated; repeatable)")
 	fs.Var(&ignore, "ignore", "disable the rules `CODES` (comma-separated; repeatable)")
+	image := imageFlag(fs, ruffImageUsage)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
 	socket := socketFlag(fs)
 	pos, rc, ok := e.parse(fs, args, 1)
@@ -46,7 +47,7 @@ func runLint(e *env, args []string) int {
 	if err != nil {
 		return e.errorf("%v", err)
 	}
-	req := &api.LintRequest{Code: code, Select: sel, Ignore: ignore}
+	req := &api.LintRequest{Code: code, Select: sel, Ignore: ignore, Image: *image}
 
 	var resp api.LintResponse
 	if *jsonOut {

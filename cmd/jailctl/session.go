@@ -143,6 +143,7 @@ type sessionFlags struct {
 	network    string
 	allowHosts []string
 	files      []fileSpec
+	image      string
 	n          int // how many were given
 }
 
@@ -189,13 +190,17 @@ func (f *sessionFlags) register(fs *flag.FlagSet) {
 		return nil
 	}))
 	fs.Func("file", "upload `LOCAL[:PATH]` into the session's workspace at PATH (default: LOCAL's base name); repeatable", count(fileFlag(&f.files)))
+	fs.Func("image", "run the session in the image `NAME` (\"jailctl images\" lists them; default: the daemon's default image)", count(func(s string) error {
+		f.image = s
+		return nil
+	}))
 }
 
 // request builds the create request, staging the --file uploads as
 // stageFiles does: the caller runs cleanup once the session is created
 // (or not).
 func (f *sessionFlags) request(e *env, c *client.Client) (_ *api.SessionCreateRequest, cleanup func(), _ error) {
-	req := &api.SessionCreateRequest{IdleTimeoutS: f.idle, TTLS: f.ttl, Network: f.network, AllowHosts: f.allowHosts}
+	req := &api.SessionCreateRequest{IdleTimeoutS: f.idle, TTLS: f.ttl, Network: f.network, AllowHosts: f.allowHosts, Image: f.image}
 	if len(f.allowHosts) > 0 && req.Network == "" {
 		req.Network = api.NetworkInternet // --allow-host means egress
 	}
@@ -654,13 +659,13 @@ func writeSessionTable(w io.Writer, sessions []api.Session, now time.Time) {
 	sessions = append([]api.Session(nil), sessions...)
 	sort.SliceStable(sessions, func(i, j int) bool { return sessions[i].CreatedAt.Before(sessions[j].CreatedAt) })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tCALLS\tIDLE TIMEOUT\tEXPIRES\tLAST USED\tEND REASON")
+	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCALLS\tIDLE TIMEOUT\tEXPIRES\tLAST USED\tEND REASON")
 	for _, s := range sessions {
 		end := "-"
 		if s.EndReason != nil {
 			end = *s.EndReason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", quoteName(s.SessionID), quoteName(s.State), s.ExecutionCount,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", quoteName(s.SessionID), quoteName(s.State), orDash(s.Image), s.ExecutionCount,
 			shortDuration(time.Duration(s.IdleTimeoutS)*time.Second), expires(&s, now), lastUsed(&s, now), quoteName(end))
 	}
 	tw.Flush()
@@ -760,6 +765,7 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 	row("last used:", "%s", lastUsed(s, now))
 	row("limits:", "%s", limitsString(s.Limits))
 	row("network:", "%s", quoteName(s.Network))
+	row("image:", "%s", orDash(s.Image))
 	warm := "no"
 	if s.Warm {
 		warm = "yes"

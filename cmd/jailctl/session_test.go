@@ -115,6 +115,7 @@ func TestSessionUsageErrors(t *testing.T) {
 		{"session", "ls", "x"},
 		{"repl", "extra"},
 		{"repl", "--session", "s-1", "--memory-mb", "64"},
+		{"repl", "--session", "s-1", "--image", "python"},
 	} {
 		r := jailctl(t, d.sock, "", args...)
 		if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") && !strings.HasPrefix(r.stderr, "Usage: ") || r.stdout != "" {
@@ -279,7 +280,7 @@ func TestSessionListShowInterruptRemove(t *testing.T) {
 	list := api.SessionList{Sessions: []api.Session{
 		{SessionID: "s-2", State: "ended", EndReason: strp("deleted"), CreatedAt: now.Add(-time.Minute), IdleTimeoutS: 60, ExecutionCount: 1, LastUsedAt: now.Add(-30 * time.Second)},
 		{SessionID: "s-1", State: "idle", CreatedAt: now.Add(-time.Hour), ExpiresAt: now.Add(time.Hour), IdleTimeoutS: 600, ExecutionCount: 3, LastUsedAt: now.Add(-5 * time.Second),
-			Limits: api.LimitValues{TimeoutMs: 10000, MemoryMB: 256, Pids: 64, FileSizeMB: 16, OutputBytes: 1 << 20}, Network: "none", UID: 1000},
+			Limits: api.LimitValues{TimeoutMs: 10000, MemoryMB: 256, Pids: 64, FileSizeMB: 16, OutputBytes: 1 << 20}, Network: "none", UID: 1000, Image: "python-ml"},
 	}}
 	lb, _ := json.Marshal(list)
 	d := newFakeDaemon(t, map[string]reply{
@@ -297,9 +298,9 @@ func TestSessionListShowInterruptRemove(t *testing.T) {
 		t.Fatalf("ls: %d %q", r.code, r.stdout)
 	}
 	for i, want := range [][]string{
-		{"ID", "STATE", "CALLS", "IDLE", "TIMEOUT", "EXPIRES", "LAST", "USED", "END", "REASON"},
-		{"s-1", "idle", "3", "10m", "in", "1h", "5s", "ago", "-"},
-		{"s-2", "ended", "1", "1m", "-", "30s", "ago", "deleted"},
+		{"ID", "STATE", "IMAGE", "CALLS", "IDLE", "TIMEOUT", "EXPIRES", "LAST", "USED", "END", "REASON"},
+		{"s-1", "idle", "python-ml", "3", "10m", "in", "1h", "5s", "ago", "-"},
+		{"s-2", "ended", "-", "1", "1m", "-", "30s", "ago", "deleted"},
 	} {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("ls line %d: %q; want %q", i, got, want)
@@ -310,7 +311,7 @@ func TestSessionListShowInterruptRemove(t *testing.T) {
 	}
 
 	r = jailctl(t, d.sock, "", "session", "show", "s-1")
-	for _, want := range []string{"session:", "s-1", "idle", "(in 1h)", "idle timeout:  10m", "calls:         3", "memory 256 MB", "uid 1000"} {
+	for _, want := range []string{"session:", "s-1", "idle", "(in 1h)", "idle timeout:  10m", "calls:         3", "memory 256 MB", "image:         python-ml", "uid 1000"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}

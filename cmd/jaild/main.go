@@ -66,6 +66,10 @@ func serve() error {
 		fmt.Println("jaild", version.Version)
 		return nil
 	}
+	// A SIGHUP before the daemon serves must not kill it (its default
+	// action): it is taken, and applied, once serving.
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
 	// load reads the configuration, at start and at each reload, with the
@@ -165,8 +169,6 @@ func serve() error {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
 	current := cfg
 wait:
 	for {
@@ -205,6 +207,7 @@ func reload(cur config.Config, load func() (config.Config, error), imgs *images,
 	next, err := load()
 	if err != nil {
 		log.Error("reload refused: the configuration does not load; nothing changed", "err", err)
+		srv.NoteReload(false)
 		return cur
 	}
 	if keys := next.NeedRestart(cur); len(keys) > 0 {
@@ -215,9 +218,11 @@ func reload(cur config.Config, load func() (config.Config, error), imgs *images,
 	changed, err := imgs.apply(applied, svc)
 	if !changed {
 		log.Error("reload refused; nothing changed", "err", err, "images", imgs.names())
+		srv.NoteReload(false)
 		return cur
 	}
 	srv.SetImages(applied)
+	srv.NoteReload(err == nil)
 	if err != nil {
 		// Every image was verified, yet one did not mount: the others
 		// are applied, and the next reload tries it again.

@@ -40,7 +40,7 @@ func init() {
 		api.ErrorBody{}, api.ErrorDetail{}, api.StoredFile{}, api.FileList{}, api.FilesInfo{},
 		api.SessionCreateRequest{}, api.Session{}, api.SessionList{}, api.SessionExecuteRequest{},
 		api.SessionExecuteResponse{}, api.SessionStatus{}, api.SessionInterruptResponse{}, api.Event{},
-		api.EventStartData{}, api.EventText{}, api.EventResultData{},
+		api.EventStartData{}, api.EventText{}, api.EventResultData{}, api.ImageInfo{}, api.WheelInfo{},
 	} {
 		t := reflect.TypeOf(v)
 		wire[t.Name()] = t

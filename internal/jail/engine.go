@@ -104,11 +104,11 @@ type Engine struct {
 
 	mu              sync.Mutex
 	defaultManifest *rootfs.Manifest
-	closed   bool
-	images   map[string]*image
-	imageSeq int            // names the mountpoints of added images
-	live     sync.WaitGroup // jails created and not destroyed yet
-	dynmods  string         // the cgroup hierarchy whose favordynmods this engine set
+	closed          bool
+	images          map[string]*image
+	imageSeq        int            // names the mountpoints of added images
+	live            sync.WaitGroup // jails created and not destroyed yet
+	dynmods         string         // the cgroup hierarchy whose favordynmods this engine set
 
 	// The daemon's memory.high (LimitDaemonMemory): its own allowance
 	// plus the tmpfs size of every live jail. Files the daemon writes into

@@ -36,6 +36,7 @@ func runResult(resp *api.ExecuteResponse, sess *CallSession) (*sdk.CallToolResul
 		DurationMs:      resp.Usage.DurationMs,
 		Result:          resp.Result,
 		Session:         sess,
+		Image:           resp.Image,
 	}
 	var attached []sdk.Content
 	for _, f := range resp.Figures {

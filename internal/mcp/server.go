@@ -7,8 +7,9 @@
 // The server speaks MCP over stdio (the transport desktop clients launch)
 // or over Streamable HTTP on a loopback address, with the official Go SDK.
 // Tool descriptions are built from the daemon's GET /v1/info at start-up,
-// so they tell the model the Python version, the installed packages and
-// the limits it will really get.
+// so they tell the model the images it can choose (with the tools' image
+// argument, when there are several), their Python versions and packages,
+// and the limits it will really get.
 //
 // Sessions opened through an MCP connection end with it: the server
 // deletes them when the connection closes, and all that remain when it

@@ -44,6 +44,7 @@ type OpenSessionInput struct {
 	IdleTimeoutSeconds int64       `json:"idle_timeout_seconds,omitempty" jsonschema:"the session ends after this many seconds without a call, counted from the end of the last call (default: the daemon's)"`
 	TTLSeconds         int64       `json:"ttl_seconds,omitempty" jsonschema:"the session ends this many seconds after it opened, however busy (default: the daemon's)"`
 	Files              []FileInput `json:"files,omitempty" jsonschema:"files written into /workspace when the session opens"`
+	Image              string      `json:"image,omitempty" jsonschema:"the image the session runs in, all its calls"`
 }
 
 // SessionInfo describes a session to the model.
@@ -57,6 +58,7 @@ type SessionInfo struct {
 	ExecutionCount     int     `json:"execution_count" jsonschema:"calls run in the session so far"`
 	MemoryMB           int64   `json:"memory_mb" jsonschema:"memory limit of the whole session"`
 	TimeoutSeconds     float64 `json:"timeout_seconds" jsonschema:"default wall-clock limit of each call"`
+	Image              string  `json:"image,omitempty" jsonschema:"the image the session runs in"`
 }
 
 // CloseSessionInput is the arguments of close_session.
@@ -94,6 +96,10 @@ func (s *Server) sessionDescriptions() (open, closeD, list string) {
 	fmt.Fprintf(&b, "- Each call has its own wall-clock limit (run_python's timeout_seconds, else the session's timeout_seconds: %s by default, at most %s) and output limit. A call past its limit is interrupted with KeyboardInterrupt; if the code stops within %s the state is kept. Otherwise, or when the memory limit is hit, the interpreter is restarted: variables and imports are lost but files are kept, and the result says state_lost. A session whose interpreter is lost three times in a row ends.\n",
 		seconds(d.TimeoutMs), seconds(m.TimeoutMs), seconds(ses.InterruptGraceMs))
 	fmt.Fprintf(&b, "- memory_mb holds for the whole session, all its calls together: %d MB by default, at most %d MB. There is no network access.\n", d.MemoryMB, m.MemoryMB)
+	if s.multiImage() {
+		fmt.Fprintf(&b, "- image picks the image the session runs in, for all its calls: %s (default: %s). %s's description says what Python and packages each has, and its default limits where they differ.\n",
+			strings.Join(s.imageNames(false), ", "), s.defaultImage(), RunTool)
+	}
 	fmt.Fprintf(&b, "- You may have at most %d sessions open at once: close the ones you no longer need. For a one-off computation, call run_python without a session.", ses.MaxPerUID)
 	return b.String(),
 		"End a session at once (its variables and files are gone) and free its resources; a call in progress in it is killed. Ending one that has already ended is not an error.",
@@ -152,6 +158,7 @@ func (s *Server) addSessionTools() error {
 	}
 	closeSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
 	s.filesSchema(openSchema.Properties["files"].Items)
+	s.imageArgument(openSchema, s.imageNames(false), "the image the session runs in, all its calls")
 
 	openD, closeD, listD := s.sessionDescriptions()
 	no, yes := false, true
@@ -181,7 +188,7 @@ func (s *Server) addSessionTools() error {
 
 // createRequest maps open_session's arguments to the daemon's request.
 func createRequest(in OpenSessionInput) (*api.SessionCreateRequest, error) {
-	req := &api.SessionCreateRequest{Files: filesIn(in.Files)}
+	req := &api.SessionCreateRequest{Files: filesIn(in.Files), Image: in.Image}
 	var limits api.Limits
 	if in.TimeoutSeconds != 0 {
 		ms, err := timeoutMs(in.TimeoutSeconds)
@@ -236,6 +243,9 @@ func (s *Server) openSession(ctx context.Context, req *sdk.CallToolRequest, in O
 	fmt.Fprintf(&b, "The session ends after %s without a call (counted from the end of the last call), at %s at the latest (in %s), or when this MCP connection closes; close it with %s when done.\n",
 		span(out.IdleTimeoutSeconds), out.ExpiresAt, approx(time.Until(sess.ExpiresAt)), CloseSessionTool)
 	fmt.Fprintf(&b, "Limits: %s of wall-clock time per call by default, %d MB of memory for the whole session.", seconds(sess.Limits.TimeoutMs), sess.Limits.MemoryMB)
+	if s.multiImage() && sess.Image != "" {
+		fmt.Fprintf(&b, "\nIt runs in the image %s.", sess.Image)
+	}
 	return textResult(b.String()), out, nil
 }
 
@@ -273,8 +283,12 @@ func (s *Server) listSessions(ctx context.Context, _ *sdk.CallToolRequest, _ Lis
 			fmt.Fprintf(&b, "%s: ended after %d calls: %s\n", info.SessionID, info.ExecutionCount, endReasonText(info.EndReason))
 			continue
 		}
-		fmt.Fprintf(&b, "%s: %s, %d calls, ends after %s without a call and at %s at the latest\n",
-			info.SessionID, info.State, info.ExecutionCount, span(info.IdleTimeoutSeconds), info.ExpiresAt)
+		in := ""
+		if s.multiImage() && info.Image != "" {
+			in = " in the image " + info.Image
+		}
+		fmt.Fprintf(&b, "%s: %s%s, %d calls, ends after %s without a call and at %s at the latest\n",
+			info.SessionID, info.State, in, info.ExecutionCount, span(info.IdleTimeoutSeconds), info.ExpiresAt)
 	}
 	if len(out.Sessions) == 0 {
 		b.WriteString("No sessions.")
@@ -295,6 +309,7 @@ func sessionInfo(sess *api.Session) *SessionInfo {
 		ExecutionCount:     sess.ExecutionCount,
 		MemoryMB:           sess.Limits.MemoryMB,
 		TimeoutSeconds:     float64(sess.Limits.TimeoutMs) / 1000,
+		Image:              sess.Image,
 	}
 	if sess.EndReason != nil {
 		out.EndReason = *sess.EndReason

@@ -3,7 +3,6 @@ package mcp
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +30,7 @@ type RunInput struct {
 	ReturnFiles    []string    `json:"return_files,omitempty" jsonschema:"paths or glob patterns (*, ?, [...] within a name, ** across directories), relative to /workspace, of files to send back after the run"`
 	SessionID      string      `json:"session_id,omitempty" jsonschema:"run the code in this session, opened with open_session, where the variables, imports and files of its earlier calls persist (default: a fresh sandbox of its own)"`
 	ReturnFilesAs  string      `json:"return_files_as,omitempty" jsonschema:"inline (the default: each returned file's content is in the result) or store: each goes into jaild's file store and comes back as a link to the resource jaild://files/FILE_ID, whose file_id later calls can use in files"`
+	Image          string      `json:"image,omitempty" jsonschema:"the image to run the code in"`
 }
 
 // FileInput is a file written into the workspace before the code runs.
@@ -58,6 +58,7 @@ type RunOutput struct {
 	DurationMs      int64          `json:"duration_ms" jsonschema:"wall-clock time of the run"`
 	Result          *string        `json:"result,omitempty" jsonschema:"in a session, the repr() of the value of a last line that is an expression (also printed to stdout)"`
 	Session         *CallSession   `json:"session,omitempty" jsonschema:"with session_id: the call's number in the session and what became of the session"`
+	Image           string         `json:"image,omitempty" jsonschema:"the image the code ran in"`
 }
 
 // FileResult is a file that matched return_files: returned (its content
@@ -77,6 +78,7 @@ type LintInput struct {
 	Code   string   `json:"code" jsonschema:"the Python source to lint"`
 	Select []string `json:"select,omitempty" jsonschema:"ruff rule codes or prefixes to enable, such as F or E501"`
 	Ignore []string `json:"ignore,omitempty" jsonschema:"ruff rule codes or prefixes to disable"`
+	Image  string   `json:"image,omitempty" jsonschema:"the image whose ruff lints"`
 }
 
 // LintOutput is lint_python's structured result.
@@ -86,7 +88,8 @@ type LintOutput struct {
 
 // FormatInput is the arguments of format_python.
 type FormatInput struct {
-	Code string `json:"code" jsonschema:"the Python source to format"`
+	Code  string `json:"code" jsonschema:"the Python source to format"`
+	Image string `json:"image,omitempty" jsonschema:"the image whose ruff formats"`
 }
 
 // FormatOutput is format_python's structured result.
@@ -126,6 +129,13 @@ func (s *Server) addTools() error {
 		delete(runSchema.Properties, "return_files_as")
 	}
 	s.filesSchema(runSchema.Properties["files"].Items)
+	runImage := "the image to run the code in"
+	if s.info.Sessions.Enabled {
+		runImage += ", without session_id (a session's calls run in the image it was opened in)"
+	}
+	s.imageArgument(runSchema, s.imageNames(false), runImage)
+	s.imageArgument(lintSchema, s.imageNames(true), "the image whose ruff lints")
+	s.imageArgument(formatSchema, s.imageNames(true), "the image whose ruff formats")
 
 	no := false
 	sdk.AddTool(s.mcp, &sdk.Tool{
@@ -191,11 +201,6 @@ func (s *Server) maxima() api.LimitValues {
 }
 
 func (s *Server) runDescription() string {
-	rootfs := s.info.Rootfs
-	pkgs := make([]string, 0, len(rootfs.PythonPackages))
-	for _, name := range slices.Sorted(maps.Keys(rootfs.PythonPackages)) {
-		pkgs = append(pkgs, name+" "+rootfs.PythonPackages[name])
-	}
 	d, m := s.info.Defaults, s.maxima()
 	inSession := ""
 	if s.info.Sessions.Enabled {
@@ -203,7 +208,7 @@ func (s *Server) runDescription() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Run a Python program in an isolated sandbox (a jail) and get back its stdout, stderr and exit status, the exception if one was raised, matplotlib figures as PNG images, and the files you ask for.\n\n")
-	fmt.Fprintf(&b, "- Python %s with the standard library and these packages (nothing else can be installed): %s.\n", rootfs.PythonVersion, strings.Join(pkgs, ", "))
+	b.WriteString(s.imagesText())
 	if !s.info.Sessions.Enabled {
 		fmt.Fprintf(&b, "- Each call starts from a clean state: no variables, imports or files survive from an earlier call, so send all the code and files a task needs in one call.\n")
 	} else {
@@ -216,8 +221,12 @@ func (s *Server) runDescription() string {
 	if s.info.Files.Enabled {
 		fmt.Fprintf(&b, "- Files kept in jaild's file store (listed as resources jaild://files/FILE_ID) go into `files` by file_id, without base64; return_files_as \"store\" puts returned files there, for large outputs or files to reuse.\n")
 	}
-	fmt.Fprintf(&b, "- Limits of each call: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.%s\n",
-		seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes), inSession)
+	inImage := ""
+	if s.multiImage() {
+		inImage = " in the default image (another image's are noted above if they differ)"
+	}
+	fmt.Fprintf(&b, "- Limits of each call%s: %s of wall-clock time (timeout_seconds, at most %s), %d MB of memory, %d processes and threads, %d MB per file written, %s each of stdout and stderr.%s\n",
+		inImage, seconds(d.TimeoutMs), seconds(m.TimeoutMs), d.MemoryMB, d.Pids, d.FileSizeMB, bytesString(d.OutputBytes), inSession)
 	fmt.Fprintf(&b, "- A run that fails (an exception, a non-zero exit, the time or memory limit) is a result with isError set, its message, the exception and stderr: fix the code and call again.")
 	return b.String()
 }
@@ -244,6 +253,9 @@ func bytesString(n int64) string {
 
 func (s *Server) run(ctx context.Context, creq *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
 	if in.SessionID != "" {
+		if in.Image != "" {
+			return nil, nil, fmt.Errorf("image: a session's calls run in the image it was opened in (%s's image); leave image out with session_id", OpenSessionTool)
+		}
 		return s.runInSession(ctx, creq, in)
 	}
 	req, err := executeRequest(in)
@@ -267,7 +279,7 @@ func (s *Server) run(ctx context.Context, creq *sdk.CallToolRequest, in RunInput
 // daemon validates everything else, with messages that name the fields,
 // which run_python shares with the API (files[i].path, return_files).
 func executeRequest(in RunInput) (*api.ExecuteRequest, error) {
-	req := &api.ExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles, ReturnFilesAs: in.ReturnFilesAs, Files: filesIn(in.Files)}
+	req := &api.ExecuteRequest{Code: in.Code, ReturnFiles: in.ReturnFiles, ReturnFilesAs: in.ReturnFilesAs, Files: filesIn(in.Files), Image: in.Image}
 	if in.Stdin != "" {
 		req.Stdin = &in.Stdin
 	}
@@ -290,7 +302,7 @@ func filesIn(files []FileInput) []api.FileIn {
 }
 
 func (s *Server) lint(ctx context.Context, _ *sdk.CallToolRequest, in LintInput) (*sdk.CallToolResult, *LintOutput, error) {
-	resp, err := s.client.Lint(ctx, &api.LintRequest{Code: in.Code, Select: in.Select, Ignore: in.Ignore})
+	resp, err := s.client.Lint(ctx, &api.LintRequest{Code: in.Code, Select: in.Select, Ignore: in.Ignore, Image: in.Image})
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not lint the code: %w", err)
 	}
@@ -302,7 +314,7 @@ func (s *Server) lint(ctx context.Context, _ *sdk.CallToolRequest, in LintInput)
 }
 
 func (s *Server) format(ctx context.Context, _ *sdk.CallToolRequest, in FormatInput) (*sdk.CallToolResult, *FormatOutput, error) {
-	resp, err := s.client.Format(ctx, &api.FormatRequest{Code: in.Code})
+	resp, err := s.client.Format(ctx, &api.FormatRequest{Code: in.Code, Image: in.Image})
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not format the code: %w", err)
 	}

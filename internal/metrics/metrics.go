@@ -55,6 +55,18 @@ type Sources struct {
 	Store             func() (bytes int64, files int)
 	Memory            func() (inUse, budget int64)
 	Jails             func() Jails
+	// Images are the images served now (at most 33: the default and
+	// config.MaxImages more, so the labels stay bounded).
+	Images func() []Image
+	// Reload is the outcome of the last reload (SIGHUP) and when the
+	// configuration last loaded (the start, or the last good reload).
+	Reload func() (ok bool, lastSuccess time.Time)
+}
+
+// Image is an image the daemon serves.
+type Image struct {
+	Name, Digest string
+	Default      bool
 }
 
 // Run is what the server knows of a run at its end.
@@ -191,6 +203,22 @@ func (m *Metrics) gauges(src Sources) {
 		counter("jaild_sweep_jails_total", "Jails of a predecessor (a killed daemon) removed by the start-up sweep.", func() float64 { return float64(f().Swept) })
 		counter("jaild_egress_refused_packets_total", "Packets of runs with egress refused: to a denied destination, to the host other than the run's resolver, past the run's connection bound or outside its allowlist. A refused UDP datagram is one; a refused TCP connection is its SYN and any retry.", func() float64 { return float64(f().EgressRefused) })
 	}
+	if f := src.Images; f != nil {
+		m.reg.MustRegister(&imageInfo{f: f, desc: prometheus.NewDesc("jaild_image_info",
+			"1 for each image served, with its name, its verified digest and whether it is the default.", []string{"image", "digest", "default"}, nil)})
+	}
+	if f := src.Reload; f != nil {
+		gauge("jaild_config_last_reload_successful", "Whether the last reload (SIGHUP) of the configuration was applied (1) or refused (0); 1 before any.", func() float64 {
+			if ok, _ := f(); ok {
+				return 1
+			}
+			return 0
+		})
+		gauge("jaild_config_last_reload_success_timestamp_seconds", "When the configuration was last applied: the start, or the last successful reload.", func() float64 {
+			_, at := f()
+			return float64(at.UnixNano()) / 1e9
+		})
+	}
 	if f := src.Memory; f != nil {
 		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })
 		gauge("jaild_memory_budget_bytes", "The memory budget for requests in flight (memory_budget_mb).", func() float64 { _, b := f(); return float64(b) })
@@ -293,5 +321,19 @@ func (c *sessionTotals) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r, n := range out {
 		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), r)
+	}
+}
+
+// imageInfo exports one jaild_image_info series per image served.
+type imageInfo struct {
+	f    func() []Image
+	desc *prometheus.Desc
+}
+
+func (c *imageInfo) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *imageInfo) Collect(ch chan<- prometheus.Metric) {
+	for _, im := range c.f() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, im.Name, im.Digest, strconv.FormatBool(im.Default))
 	}
 }

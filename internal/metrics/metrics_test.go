@@ -36,6 +36,10 @@ func full(t *testing.T) *Metrics {
 		Store:             func() (int64, int) { return 1000, 7 },
 		Memory:            func() (int64, int64) { return 10, 100 },
 		Jails:             func() Jails { return Jails{Alive: 6, TeardownFailures: 1, Swept: 2, EgressRefused: 9} },
+		Images: func() []Image {
+			return []Image{{Name: "python", Digest: "sha256:aa", Default: true}, {Name: "python-ml", Digest: "sha256:bb"}}
+		},
+		Reload: func() (bool, time.Time) { return false, time.Unix(1700000000, 500_000_000) },
 	})
 	m.Ran(OpExecute, Run{Status: "ok", Warm: true, Pooled: true, QueueWait: time.Millisecond, JailStart: time.Millisecond,
 		Duration: time.Second, Total: 2 * time.Second, EgressSent: 3, EgressReceived: 4})
@@ -67,39 +71,43 @@ func TestValues(t *testing.T) {
 		k("jaild_runs_total", "operation", "session_execute", "status", "timeout", "warm", "false"): 1,
 		k("jaild_runs_total", "operation", "lint", "status", "memory_limit", "warm", "false"):       0, // created at zero
 		k("jaild_rejections_total", "operation", "execute", "reason", "busy"):                       1,
-		k("jaild_pool_hits_total"):                                          1,
-		k("jaild_pool_misses_total"):                                        0, // a session call is neither
-		k("jaild_jail_start_seconds_count", "warm", "true"):                 1,
-		k("jaild_queue_wait_seconds_count", "operation", "session_execute"): 1,
-		k("jaild_request_duration_seconds_sum", "operation", "execute"):     2,
-		k("jaild_egress_bytes_total", "direction", "sent"):                  3,
-		k("jaild_egress_bytes_total", "direction", "received"):              4,
-		k("jaild_admission_running"):                                        2,
-		k("jaild_admission_queued"):                                         3,
-		k("jaild_pool_size"):                                                4,
-		k("jaild_pool_ready"):                                               3,
-		k("jaild_pool_plain_size"):                                          2,
-		k("jaild_pool_plain_ready"):                                         1,
-		k("jaild_sessions_live"):                                            5,
-		k("jaild_sessions_running"):                                         1,
-		k("jaild_store_bytes"):                                              1000,
-		k("jaild_store_files"):                                              7,
-		k("jaild_memory_budget_in_use_bytes"):                               10,
-		k("jaild_memory_budget_bytes"):                                      100,
-		k("jaild_jails_alive"):                                              6,
-		k("jaild_jail_teardown_failures_total"):                             1,
-		k("jaild_sweep_jails_total"):                                        2,
-		k("jaild_sessions_created_total"):                                   7,
-		k("jaild_sessions_ended_total", "reason", "deleted"):                2,
-		k("jaild_sessions_ended_total", "reason", "idle_timeout"):           1,
-		k("jaild_sessions_ended_total", "reason", "expired"):                0, // listed, so present at zero
-		k("jaild_sessions_ended_total", "reason", "other"):                  3, // not listed: bounded
-		k("jaild_egress_refused_packets_total"):                             9,
-		k("jaild_pool_refill_seconds_count", "kind", "preloaded"):           2,
-		k("jaild_pool_refill_seconds_sum", "kind", "preloaded"):             0.73,
-		k("jaild_pool_refill_seconds_count", "kind", "plain"):               0,
-		k("jaild_pool_refill_failures_total", "kind", "preloaded"):          1,
-		k("jaild_pool_refill_failures_total", "kind", "plain"):              0,
+		k("jaild_pool_hits_total"):                                                             1,
+		k("jaild_pool_misses_total"):                                                           0, // a session call is neither
+		k("jaild_jail_start_seconds_count", "warm", "true"):                                    1,
+		k("jaild_queue_wait_seconds_count", "operation", "session_execute"):                    1,
+		k("jaild_request_duration_seconds_sum", "operation", "execute"):                        2,
+		k("jaild_egress_bytes_total", "direction", "sent"):                                     3,
+		k("jaild_egress_bytes_total", "direction", "received"):                                 4,
+		k("jaild_admission_running"):                                                           2,
+		k("jaild_admission_queued"):                                                            3,
+		k("jaild_pool_size"):                                                                   4,
+		k("jaild_pool_ready"):                                                                  3,
+		k("jaild_pool_plain_size"):                                                             2,
+		k("jaild_pool_plain_ready"):                                                            1,
+		k("jaild_sessions_live"):                                                               5,
+		k("jaild_sessions_running"):                                                            1,
+		k("jaild_store_bytes"):                                                                 1000,
+		k("jaild_store_files"):                                                                 7,
+		k("jaild_memory_budget_in_use_bytes"):                                                  10,
+		k("jaild_memory_budget_bytes"):                                                         100,
+		k("jaild_jails_alive"):                                                                 6,
+		k("jaild_jail_teardown_failures_total"):                                                1,
+		k("jaild_sweep_jails_total"):                                                           2,
+		k("jaild_sessions_created_total"):                                                      7,
+		k("jaild_sessions_ended_total", "reason", "deleted"):                                   2,
+		k("jaild_sessions_ended_total", "reason", "idle_timeout"):                              1,
+		k("jaild_sessions_ended_total", "reason", "expired"):                                   0, // listed, so present at zero
+		k("jaild_sessions_ended_total", "reason", "other"):                                     3, // not listed: bounded
+		k("jaild_egress_refused_packets_total"):                                                9,
+		k("jaild_pool_refill_seconds_count", "kind", "preloaded"):                              2,
+		k("jaild_pool_refill_seconds_sum", "kind", "preloaded"):                                0.73,
+		k("jaild_pool_refill_seconds_count", "kind", "plain"):                                  0,
+		k("jaild_pool_refill_failures_total", "kind", "preloaded"):                             1,
+		k("jaild_pool_refill_failures_total", "kind", "plain"):                                 0,
+		k("jaild_image_info", "image", "python", "digest", "sha256:aa", "default", "true"):     1,
+		k("jaild_image_info", "image", "python-ml", "digest", "sha256:bb", "default", "false"): 1,
+		k("jaild_config_last_reload_successful"):                                               0,
+		k("jaild_config_last_reload_success_timestamp_seconds"):                                1700000000.5,
 	} {
 		if got, ok := s[key]; !ok || got != want {
 			t.Errorf("%s = %g (present %v), want %g", key, got, ok, want)
@@ -128,7 +136,9 @@ func TestNaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounded := map[string]bool{"operation": true, "status": true, "warm": true, "reason": true, "direction": true, "le": true, "kind": true}
+	// image and digest: one per image served, at most 1+config.MaxImages.
+	bounded := map[string]bool{"operation": true, "status": true, "warm": true, "reason": true, "direction": true, "le": true, "kind": true,
+		"image": true, "digest": true, "default": true}
 	for _, f := range fams {
 		name := f.GetName()
 		if !strings.HasPrefix(name, "jaild_") {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strings"
+	"time"
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
@@ -15,6 +16,21 @@ import (
 func (s *Server) SetImages(cfg config.Config) {
 	c := cfg
 	s.imgCfg.Store(&c)
+}
+
+// reloadState is the outcome of the last reload, for the metrics.
+type reloadState struct {
+	ok bool
+	at time.Time // when the configuration was last applied
+}
+
+// NoteReload records a reload's outcome: applied (ok) or refused.
+func (s *Server) NoteReload(ok bool) {
+	at := s.reload.Load().at
+	if ok {
+		at = time.Now()
+	}
+	s.reload.Store(&reloadState{ok: ok, at: at})
 }
 
 // image resolves a request's image field ("" is the default image) to an

@@ -25,6 +25,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/server"
@@ -443,6 +444,44 @@ func TestOpenAPIResponses(t *testing.T) {
 	resp, body = c.do(exchange{method: "POST", path: "/v1/format", template: "/v1/format", hdr: jsonHdr, body: jsonBody(t, api.FormatRequest{Code: "def("})})
 	want(resp, body, 400)
 
+	// Images: a run, a session and lint in an image other than the
+	// default, and the images the daemon does not serve (or that have no
+	// ruff), refused naming the field and the images there are.
+	resp, body = exec(api.ExecuteRequest{Code: "x", Image: "test-small"}, nil, false)
+	want(resp, body, 200)
+	var er api.ExecuteResponse
+	if err := json.Unmarshal(body, &er); err != nil || er.Image != "test-small" {
+		t.Errorf("execute in test-small: image %q (%v)", er.Image, err)
+	}
+	resp, body = c.do(exchange{method: "POST", path: "/v1/lint", template: "/v1/lint", hdr: jsonHdr, body: jsonBody(t, api.LintRequest{Code: "x", Image: "test"})})
+	want(resp, body, 200)
+	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{"image": "test-small"}`)})
+	want(resp, body, 201)
+	var inSmall api.Session
+	if err := json.Unmarshal(body, &inSmall); err != nil || inSmall.Image != "test-small" {
+		t.Errorf("session in test-small: image %q (%v)", inSmall.Image, err)
+	}
+	for _, x := range []struct {
+		x       exchange
+		message string
+	}{
+		{exchange{method: "POST", path: "/v1/execute", template: "/v1/execute", hdr: jsonHdr, body: []byte(`{"code": "x", "image": "nope"}`)},
+			`no image "nope" on this daemon; it serves test, test-small`},
+		{exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{"image": "nope"}`)},
+			`no image "nope" on this daemon; it serves test, test-small`},
+		{exchange{method: "POST", path: "/v1/lint", template: "/v1/lint", hdr: jsonHdr, body: []byte(`{"code": "x", "image": "test-small"}`)},
+			`image "test-small" has no ruff; lint and format run in test`},
+		{exchange{method: "POST", path: "/v1/format", template: "/v1/format", hdr: jsonHdr, body: []byte(`{"code": "x", "image": "nope"}`)},
+			`no image "nope" on this daemon; it serves test, test-small`},
+	} {
+		resp, body = c.do(x.x)
+		want(resp, body, 400)
+		var e api.ErrorBody
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Type != "invalid_argument" || e.Error.Field != "image" || !strings.Contains(e.Error.Message, x.message) {
+			t.Errorf("%s %s: %s; want invalid_argument naming image: %q", x.x.method, x.x.path, body, x.message)
+		}
+	}
+
 	// Sessions: their life, a call and its streams, and the errors.
 	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{"idle_timeout_s": 60, "limits": {"memory_mb": 256}}`)})
 	want(resp, body, 201)
@@ -570,6 +609,14 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(resp, body, 403)
 	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{}`)})
 	want(resp, body, 403)
+
+	noRuff := harness(t, nil)
+	noRuff.Engine.ImagesValue = []run.ImageStats{{Name: "bare", Default: true, Manifest: &rootfs.Manifest{Name: "bare", PythonVersion: "3.13.0"}}}
+	c.on(noRuff)
+	resp, body = c.do(exchange{method: "POST", path: "/v1/lint", template: "/v1/lint", hdr: jsonHdr, body: jsonBody(t, api.LintRequest{Code: "x"})})
+	want(resp, body, 503)
+	resp, body = c.do(exchange{method: "GET", path: "/v1/info", template: "/v1/info"})
+	want(resp, body, 200)
 
 	// Every operation answered with a success, every class seen.
 	ops := openapiPaths(t)

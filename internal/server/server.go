@@ -76,6 +76,7 @@ type Server struct {
 	files    *filestore.Store // nil when the file store is disabled
 	metrics  *metrics.Metrics
 	imgCfg   atomic.Pointer[config.Config] // images' default limits (SetImages)
+	reload   atomic.Pointer[reloadState]
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
@@ -149,7 +150,19 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 			c := engine.JailCounts()
 			return metrics.Jails{Alive: c.Alive, TeardownFailures: c.TeardownFailures, Swept: c.Swept, EgressRefused: c.EgressRefused}
 		},
+		Images: func() []metrics.Image {
+			var out []metrics.Image
+			for _, im := range engine.Images() {
+				out = append(out, metrics.Image{Name: im.Name, Digest: im.Manifest.ImageDigest, Default: im.Default})
+			}
+			return out
+		},
+		Reload: func() (bool, time.Time) {
+			r := s.reload.Load()
+			return r.ok, r.at
+		},
 	}
+	s.reload.Store(&reloadState{ok: true, at: time.Now()})
 	if s.files != nil {
 		src.Store = s.files.Totals
 	}

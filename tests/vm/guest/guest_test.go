@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,7 @@ var client = &http.Client{
 }
 
 type result struct {
+	Image     string `json:"image"`
 	Status    string `json:"status"`
 	ExitCode  *int   `json:"exit_code"`
 	Signal    *int   `json:"signal"`
@@ -558,6 +560,61 @@ print('forked')`, marker)})
 		}
 		if firstAt.IsZero() || doneAt.Sub(firstAt) < time.Second {
 			t.Errorf("first output at %v, done at %v: not streamed", firstAt, doneAt)
+		}
+	})
+
+	t.Run("systemctl reload adds an image, serves it and removes it, without a restart", func(t *testing.T) {
+		img := "/opt/vmtest/images/python-minimal/current"
+		if _, err := os.Stat(img + "/rootfs.squashfs"); err != nil {
+			t.Fatalf("the python-minimal image is not in the guest: %v", err)
+		}
+		orig, err := os.ReadFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(config, orig, 0o644)
+		served := func() []string {
+			var names []string
+			for _, im := range info(t)["images"].([]any) {
+				names = append(names, im.(map[string]any)["name"].(string))
+			}
+			return names
+		}
+		// The daemon has its own mount namespace (PrivateTmp=): its image
+		// mounts are seen in its mountinfo.
+		imageMounts := func() int {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", mainPID(t)))
+			return strings.Count(string(b), " /run/jaild/images/")
+		}
+		pid := mainPID(t)
+		if err := os.WriteFile(config, append(orig, fmt.Sprintf("\n[images.python-minimal]\ndir = %q\n", img)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "systemctl", "reload", unit)
+		if got := served(); !slices.Contains(got, "python-minimal") || mainPID(t) != pid {
+			t.Fatalf("after the reload: images %v, main pid %d (was %d)", got, mainPID(t), pid)
+		}
+		r := execute(t, map[string]any{"image": "python-minimal", "code": "import importlib.util\nprint(importlib.util.find_spec('numpy') is None)"})
+		if r.Status != "ok" || r.Stdout != "True\n" || r.Image != "python-minimal" {
+			t.Errorf("a run in the added image: %+v", r)
+		}
+		if n := imageMounts(); n != 1 {
+			t.Errorf("%d image mounts in the daemon's namespace, want 1", n)
+		}
+		if err := os.WriteFile(config, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "systemctl", "reload", unit)
+		if got := served(); slices.Contains(got, "python-minimal") || mainPID(t) != pid {
+			t.Fatalf("after the second reload: images %v, main pid %d (was %d)", got, mainPID(t), pid)
+		}
+		waitFor(t, time.Minute, "the removed image's unmount", func() bool { return imageMounts() == 0 })
+		if s := run(t, "systemctl", "is-active", unit); s != "active" {
+			t.Errorf("the service is %s after the reloads", s)
+		}
+		if j := run(t, "journalctl", "-u", unit, "--no-pager", "-o", "cat"); strings.Count(j, `"msg":"reloaded"`) < 2 {
+			lines := strings.Split(j, "\n")
+			t.Errorf("the journal has not two reloads:\n%s", strings.Join(lines[max(0, len(lines)-20):], "\n"))
 		}
 	})
 
