@@ -52,13 +52,14 @@ func TestJailctlSession(t *testing.T) {
 		t.Errorf("final expression: exit %d %q; want 41 once", code, out)
 	}
 
+	s0 := show(id)
 	out, _, code = ctl("", "session", "ls")
 	if lines := strings.Split(out, "\n"); code != 0 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(out, id) {
 		t.Errorf("session ls: exit %d\n%s", code, out)
 	} else {
 		for _, l := range lines[1:] {
-			if f := strings.Fields(l); len(f) > 3 && f[0] == id && (f[1] != "idle" || f[2] != "3" || f[3] != "5m") {
-				t.Errorf("ls row %q; want idle, 3 calls, idle timeout 5m", l)
+			if f := strings.Fields(l); len(f) > 4 && f[0] == id && (f[1] != "idle" || f[2] != s0.Image || f[3] != "3" || f[4] != "5m") {
+				t.Errorf("ls row %q; want idle, image %s, 3 calls, idle timeout 5m", l, s0.Image)
 			}
 		}
 	}

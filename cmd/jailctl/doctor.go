@@ -53,7 +53,7 @@ func runDoctor(e *env, args []string) int {
 	}
 	c := e.client(sock)
 	rep := doctor.Run(e.ctx, doctor.Options{
-		Image: *image, SeccompProfile: *profile, Socket: sock, SocketGroup: cfg.SocketGroup,
+		Image: *image, Images: imageDirs(cfg), SeccompProfile: *profile, Socket: sock, SocketGroup: cfg.SocketGroup,
 		Nftables: egress.Available,
 		Daemon: func(ctx context.Context) (*api.Info, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -87,4 +87,13 @@ func writeReport(e *env, rep doctor.Report) {
 	} else {
 		fmt.Fprintln(e.stdout, "jaild cannot run here until the failed checks are fixed.")
 	}
+}
+
+// imageDirs are the configuration's other images: name → dir.
+func imageDirs(cfg config.Config) map[string]string {
+	out := map[string]string{}
+	for name, im := range cfg.Images {
+		out[name] = im.Dir
+	}
+	return out
 }

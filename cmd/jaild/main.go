@@ -215,6 +215,13 @@ func reload(cur config.Config, load func() (config.Config, error), imgs *images,
 	}
 	applied := cur
 	applied.Image, applied.Images = next.Image, next.Images
+	if err := applied.Validate(); err != nil {
+		// next's images checked against cur's settings (its maxima, ...),
+		// which stay in force until a restart.
+		log.Error("reload refused: the images do not fit the settings in force; nothing changed", "err", err)
+		srv.NoteReload(false)
+		return cur
+	}
 	changed, err := imgs.apply(applied, svc)
 	if !changed {
 		log.Error("reload refused; nothing changed", "err", err, "images", imgs.names())

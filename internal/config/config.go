@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/allowlist"
+	"github.com/jaild/jaild/internal/rootfs"
 )
 
 // DefaultPath is where jaild looks for its configuration file.
@@ -145,7 +146,7 @@ func (c *Config) ImageDefaults(name string) Limits {
 
 // ImageName is the form of an image's name (rootfs/build.sh's, and the
 // jail engine's).
-var ImageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var ImageName = rootfs.ImageName
 
 // MaxImages bounds how many images one daemon serves beside its default.
 const MaxImages = 32

@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,8 +54,10 @@ type Report struct {
 
 // Options says where to look.
 type Options struct {
-	Root           string // host root for /proc and /sys ("" or "/": the real one)
-	Image          string // the rootfs image directory
+	Root  string // host root for /proc and /sys ("" or "/": the real one)
+	Image string // the rootfs image directory
+	// Images are the other images served ([images.NAME]): name → dir.
+	Images         map[string]string
 	SeccompProfile string
 	Socket         string
 	SocketGroup    string // the group the socket should have
@@ -81,9 +85,12 @@ func Run(ctx context.Context, o Options) Report {
 		o.seccomp(),
 		o.nftables(),
 		o.image(),
+	}
+	checks = append(checks, o.images()...)
+	checks = append(checks,
 		o.socket(),
 		o.daemon(ctx),
-	}
+	)
 	r := Report{Checks: checks, OK: true}
 	for _, c := range checks {
 		if c.Status == Fail {
@@ -363,6 +370,30 @@ func (o Options) image() Check {
 	c.Status = OK
 	c.Detail = fmt.Sprintf("%s: %s, %s, Python %s, digest verified", o.Image, m.Name, m.ImageDigest, m.PythonVersion)
 	return c
+}
+
+// images checks each other image served: verified, and named as its
+// table.
+func (o Options) images() []Check {
+	var out []Check
+	for _, name := range slices.Sorted(maps.Keys(o.Images)) {
+		dir := o.Images[name]
+		c := Check{Name: "image " + name}
+		m, err := rootfs.Verify(dir)
+		switch {
+		case err != nil:
+			c.Status, c.Detail = Fail, dir+": "+err.Error()
+			c.Fix = fmt.Sprintf("build it (rootfs/build.sh %s) and point images.%s.dir at its current directory, or remove the table", name, name)
+		case m.Name != name:
+			c.Status, c.Detail = Fail, fmt.Sprintf("%s holds the image %q", dir, m.Name)
+			c.Fix = fmt.Sprintf("name the table [images.%s], or point images.%s.dir at a build of %s", m.Name, name, name)
+		default:
+			c.Status = OK
+			c.Detail = fmt.Sprintf("%s: %s, Python %s, digest verified", dir, m.ImageDigest, m.PythonVersion)
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 func (o Options) socket() Check {

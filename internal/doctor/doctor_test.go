@@ -183,6 +183,32 @@ func TestImage(t *testing.T) {
 	if c := (Options{Image: t.TempDir()}).image(); c.Status != Fail {
 		t.Errorf("empty directory: %+v", c)
 	}
+
+	// The other images: verified, and named as their tables.
+	data[0] ^= 1
+	os.WriteFile(filepath.Join(dir, rootfs.ImageFile), data, 0o644)
+	checks := (Options{Images: map[string]string{"python": dir, "small": dir, "gone": t.TempDir()}}).images()
+	if len(checks) != 3 {
+		t.Fatalf("%d checks for 3 images: %+v", len(checks), checks)
+	}
+	for _, c := range checks { // sorted by name
+		switch c.Name {
+		case "image gone":
+			if c.Status != Fail || c.Fix == "" {
+				t.Errorf("a missing image: %+v", c)
+			}
+		case "image python":
+			if c.Status != OK || !strings.Contains(c.Detail, "digest verified") {
+				t.Errorf("a good image: %+v", c)
+			}
+		case "image small":
+			if c.Status != Fail || !strings.Contains(c.Detail, `holds the image "python"`) || !strings.Contains(c.Fix, "[images.python]") {
+				t.Errorf("a misnamed image: %+v", c)
+			}
+		default:
+			t.Errorf("unexpected check %+v", c)
+		}
+	}
 }
 
 func TestRunReport(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 
@@ -24,7 +23,7 @@ import (
 const imagesDir = "images"
 
 // validImageName is the form of an image's name (rootfs/build.sh's).
-var validImageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var validImageName = rootfs.ImageName
 
 // image is one mounted image and the jails that use it.
 type image struct {

@@ -320,9 +320,11 @@ func (p *Pool) loop() {
 			var wait time.Duration
 			if err != nil {
 				r.Failed++
-				p.failing[key]++
-				wait = backoff(p.failing[key])
-				p.retryAt[key] = time.Now().Add(wait)
+				if p.sizeLocked(key) > 0 { // else its key went (SetSizes)
+					p.failing[key]++
+					wait = backoff(p.failing[key])
+					p.retryAt[key] = time.Now().Add(wait)
+				}
 			} else {
 				r.observe(took)
 				delete(p.failing, key)

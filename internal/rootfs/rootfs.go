@@ -95,6 +95,8 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	switch {
 	case m.Schema != 1:
 		return nil, fmt.Errorf("%w: manifest schema %d, want 1", ErrInvalid, m.Schema)
+	case !ImageName.MatchString(m.Name):
+		return nil, fmt.Errorf("%w: manifest name %q is not 1..63 lower-case letters, digits, - and _", ErrInvalid, m.Name)
 	case !validDigest(m.ImageDigest):
 		return nil, fmt.Errorf("%w: manifest image_digest %q is not sha256:<64 hex>", ErrInvalid, m.ImageDigest)
 	case m.ImageSizeBytes <= 0:
@@ -108,6 +110,10 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	}
 	return &m, nil
 }
+
+// ImageName is the form of an image's name: a recipe directory of
+// rootfs/images, what requests name in their image field.
+var ImageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // runnerPath: the daemon imports the runner by name from its directory.
 var runnerPath = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)*/[A-Za-z_][A-Za-z0-9_]*\.py$`)
