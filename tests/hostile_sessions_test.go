@@ -414,6 +414,9 @@ print(json.dumps({'sleep': p.pid, 'child': child}))
 `
 
 func runSessionFrozen(t *testing.T, h *hostile) string {
+	// The spinners' CPU is measured: no refill of the warm pools (a
+	// preloaded jail imports for a second or more) may compete with them.
+	h.waitPoolFull(t)
 	ss := h.sessions(t)
 	defer ss.closeAll()
 	s := ss.open(nil)

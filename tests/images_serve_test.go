@@ -327,12 +327,16 @@ func TestImagesReload(t *testing.T) {
 		return len(got) == 1 && got[0] != before[0]
 	})
 
-	// Refused: a tampered image, and one misnamed; nothing changes.
+	// Refused: a tampered image, one misnamed, one missing, and one that
+	// does not mount; nothing changes.
 	served := d.images(t)
 	for what, images := range map[string]map[string]string{
 		"tampered": {"python-ml": ml, "python-minimal": tampered},
 		"misnamed": {"python-ml": ml, "python-small": minimal},
 		"missing":  {"python-ml": ml, "python-minimal": filepath.Join(t.TempDir(), "none")},
+		// A good image beside one whose digest holds but whose tree does
+		// not validate (a symlink for /dev/null): neither is served.
+		"broken tree": {"python-ml": ml, "python-minimal": minimal, "tiny": tinyImage(t, t.TempDir(), "H09a")},
 	} {
 		line := reloadDaemon(t, d, images)
 		if !strings.Contains(line, "reload refused") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/client"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/doctor"
 	"github.com/jaild/jaild/internal/egress"
@@ -34,6 +35,9 @@ func runDoctor(e *env, args []string) int {
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
+	if g := e.global; g.host != "" || g.cert != "" || g.key != "" || g.ca != "" {
+		return e.usageError("doctor checks this host and the daemon on its socket: --host, --cert, --key and --ca are not for it")
+	}
 	// A missing file is the defaults, as for the daemon; a bad one is
 	// reported, and the defaults checked.
 	cfg, err := config.Load(*cfgPath, false)
@@ -48,10 +52,10 @@ func runDoctor(e *env, args []string) int {
 		*profile = cfg.SeccompProfile
 	}
 	sock := e.socketPath(*socket)
-	if *socket == "" && os.Getenv("JAILD_SOCKET") == "" && e.socket == "" {
+	if *socket == "" && os.Getenv(client.SocketEnv) == "" && e.global.socket == "" {
 		sock = cfg.Socket
 	}
-	c := e.client(sock)
+	c := client.New(sock)
 	rep := doctor.Run(e.ctx, doctor.Options{
 		Image: *image, Images: imageDirs(cfg), SeccompProfile: *profile, Socket: sock, SocketGroup: cfg.SocketGroup,
 		Nftables: egress.Available,

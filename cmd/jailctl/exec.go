@@ -80,7 +80,7 @@ func runExec(e *env, args []string) int {
 	})
 	image := imageFlag(fs, "run in the image `NAME` (\"jailctl images\" lists them; default: the daemon's default image)")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 
 	pos, rc, ok := e.parse(fs, args, 1)
 	if !ok {
@@ -106,7 +106,10 @@ func runExec(e *env, args []string) int {
 		req.ReturnFilesAs = api.ReturnStore
 	}
 
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	in, cleanup, err := e.stageFiles(c, files)
 	if err != nil {
 		return e.daemonError(err)

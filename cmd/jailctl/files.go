@@ -55,7 +55,7 @@ func runFilesPut(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("files put")
 	name := fs.String("name", "", "store the file under `NAME` (default: LOCAL's base name)")
 	jsonOut := fs.Bool("json", false, "print the stored file's description as JSON instead of its ID")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
 	if !ok {
 		return rc
@@ -78,7 +78,11 @@ func runFilesPut(e *env, sc *subcommand, args []string) int {
 			*name = filepath.Base(src)
 		}
 	}
-	f, err := e.client(*socket).PutFile(e.ctx, *name, r, size)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	f, err := c.PutFile(e.ctx, *name, r, size)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -115,13 +119,16 @@ func openUpload(name string) (*os.File, int64, error) {
 func runFilesGet(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("files get")
 	out := fs.String("o", "", "write the file to `PATH` instead of stdout")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
 	if !ok {
 		return rc
 	}
 	id := pos[0]
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	target := *out
 	if target != "" && target != "-" {
 		if fi, err := os.Stat(target); err == nil && fi.IsDir() {
@@ -255,12 +262,16 @@ func humanSize(n int64) string {
 func runFilesShow(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("files show")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
 	if !ok {
 		return rc
 	}
-	f, err := e.client(*socket).FileMeta(e.ctx, pos[0])
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	f, err := c.FileMeta(e.ctx, pos[0])
 	if err != nil {
 		return e.daemonError(err)
 	}

@@ -20,7 +20,7 @@ func runFormat(e *env, args []string) int {
 	check := fs.Bool("check", false, "print nothing; exit 1 if formatting would change the code")
 	write := fs.Bool("write", false, "rewrite FILE in place if formatting changes it")
 	image := imageFlag(fs, ruffImageUsage)
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parse(fs, args, 1)
 	if !ok {
 		return rc
@@ -41,9 +41,13 @@ func runFormat(e *env, args []string) int {
 	}
 	req := &api.FormatRequest{Code: code, Image: *image}
 
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	var resp api.FormatResponse
 	if *jsonOut {
-		raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, "/v1/format", req)
+		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/format", req)
 		if err != nil {
 			return e.daemonError(err)
 		}
@@ -52,7 +56,7 @@ func runFormat(e *env, args []string) int {
 		}
 		e.printJSON(raw)
 	} else {
-		r, err := e.client(*socket).Format(e.ctx, req)
+		r, err := c.Format(e.ctx, req)
 		if err != nil {
 			return e.daemonError(err)
 		}

@@ -32,11 +32,15 @@ func imageFlag(fs *flag.FlagSet, usage string) *string {
 func runImages(e *env, args []string) int {
 	fs := e.flagSet("images")
 	jsonOut := fs.Bool("json", false, "print the daemon's list of images as JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/info", nil)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/info", nil)
 	if err != nil {
 		return e.daemonError(err)
 	}

@@ -14,11 +14,15 @@ import (
 func runInfo(e *env, args []string) int {
 	fs := e.flagSet("info")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/info", nil)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/info", nil)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -72,7 +76,11 @@ func writeInfo(e *env, info *api.Info) {
 	if info.Caller.Admin {
 		admin = ", admin"
 	}
-	row("caller:", "uid %d%s, quota %s", info.Caller.UID, admin, quota)
+	who := fmt.Sprintf("uid %d", info.Caller.UID)
+	if info.Caller.Client != "" {
+		who = fmt.Sprintf("client %q (uid %d)", info.Caller.Client, info.Caller.UID)
+	}
+	row("caller:", "%s%s, quota %s", who, admin, quota)
 	tw.Flush()
 }
 
@@ -94,11 +102,15 @@ func byteSize(n int64) string {
 func runHealth(e *env, args []string) int {
 	fs := e.flagSet("health")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, "/v1/health", nil)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/health", nil)
 	if err != nil {
 		return e.daemonError(err)
 	}

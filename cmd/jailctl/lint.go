@@ -34,7 +34,7 @@ func runLint(e *env, args []string) int {
 	fs.Var(&ignore, "ignore", "disable the rules `CODES` (comma-separated; repeatable)")
 	image := imageFlag(fs, ruffImageUsage)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parse(fs, args, 1)
 	if !ok {
 		return rc
@@ -49,9 +49,13 @@ func runLint(e *env, args []string) int {
 	}
 	req := &api.LintRequest{Code: code, Select: sel, Ignore: ignore, Image: *image}
 
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	var resp api.LintResponse
 	if *jsonOut {
-		raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, "/v1/lint", req)
+		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/lint", req)
 		if err != nil {
 			return e.daemonError(err)
 		}
@@ -60,7 +64,7 @@ func runLint(e *env, args []string) int {
 		}
 		e.printJSON(raw)
 	} else {
-		r, err := e.client(*socket).Lint(e.ctx, req)
+		r, err := c.Lint(e.ctx, req)
 		if err != nil {
 			return e.daemonError(err)
 		}

@@ -1,6 +1,8 @@
 // Command jailctl is the command-line client of jaild: it runs, lints and
 // formats Python in the daemon's jails and shows the daemon's state. It
-// talks to the daemon's Unix socket through package client.
+// talks to the daemon through package client: on its Unix socket, or on
+// its TLS listener with a client certificate (--host, --cert, --key,
+// --ca).
 //
 // Exit status: a run's own status for exec (see exitCode), 1 for lint
 // findings or a format --check that would change the file, and 2 for
@@ -77,7 +79,7 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	socket string // the global --socket, "" when not given
+	global target // the global --socket, --host, --cert, --key and --ca
 }
 
 func main() {
@@ -97,7 +99,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("jailctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&e.socket, "socket", "", "")
+	e.global.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			e.usage(stdout)
@@ -126,7 +128,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 func (e *env) usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: jailctl [--socket PATH] COMMAND [flags] [args]\n\n")
+	fmt.Fprintf(w, "Usage: jailctl [--socket PATH | --host URL --cert FILE --key FILE --ca FILE] COMMAND [flags] [args]\n\n")
 	fmt.Fprintf(w, "jailctl runs Python in jaild's jails.\n\nCommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
@@ -134,6 +136,11 @@ func (e *env) usage(w io.Writer) {
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "show this help, or a command's with \"help COMMAND\"")
 	fmt.Fprintf(w, "\nThe daemon's socket is --socket, else $%s, else %s (now: %s).\n",
 		client.SocketEnv, client.DefaultSocketPath, e.socketPath(""))
+	fmt.Fprintf(w, "A daemon's TLS listener instead: --host https://HOST:PORT (else $%s) with the client's\n"+
+		"certificate and key, --cert and --key (else $%s, $%s), and --ca, the CA that signed the\n"+
+		"daemon's certificate (else $%s). Flags win over the environment; --host and --socket\n"+
+		"together are an error. Commands take these flags too.\n",
+		client.HostEnv, client.CertEnv, client.KeyEnv, client.CAEnv)
 	fmt.Fprintf(w, "Run \"jailctl COMMAND -h\" for a command's flags.\n")
 }
 
@@ -169,7 +176,32 @@ func (e *env) flagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-// socketFlag adds --socket to a subcommand.
+// target is the daemon a command talks to, as the flags name it: its
+// socket, or its TLS listener's URL with the client's certificate and key
+// and the CA of the daemon's certificate. "" is a flag not given.
+type target struct {
+	socket, host, cert, key, ca string
+}
+
+// addFlags adds --socket, --host, --cert, --key and --ca to fs.
+func (t *target) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&t.socket, "socket", "", "daemon socket `PATH` (default $"+client.SocketEnv+", else "+client.DefaultSocketPath+")")
+	fs.StringVar(&t.host, "host", "", "reach the daemon's TLS listener at `URL` (https://HOST:PORT) instead of a socket (default $"+client.HostEnv+")")
+	fs.StringVar(&t.cert, "cert", "", "with --host: the client certificate `FILE` (PEM; default $"+client.CertEnv+")")
+	fs.StringVar(&t.key, "key", "", "with --host: the client certificate's private key `FILE` (PEM; default $"+client.KeyEnv+")")
+	fs.StringVar(&t.ca, "ca", "", "with --host: the `FILE` of the CA certificates that signed the daemon's (PEM; default $"+client.CAEnv+")")
+}
+
+// targetFlags adds the flags that choose the daemon to a subcommand; its
+// client is e.client of what they hold.
+func targetFlags(fs *flag.FlagSet) *target {
+	t := &target{}
+	t.addFlags(fs)
+	return t
+}
+
+// socketFlag adds --socket alone, for a command that needs the local
+// daemon (doctor).
 func socketFlag(fs *flag.FlagSet) *string {
 	return fs.String("socket", "", "daemon socket `PATH` (default $"+client.SocketEnv+", else "+client.DefaultSocketPath+")")
 }
@@ -178,14 +210,87 @@ func (e *env) socketPath(flagValue string) string {
 	switch {
 	case flagValue != "":
 		return flagValue
-	case e.socket != "":
-		return e.socket
+	case e.global.socket != "":
+		return e.global.socket
 	}
 	return client.DefaultSocket()
 }
 
-func (e *env) client(flagValue string) *client.Client {
-	return client.New(e.socketPath(flagValue))
+// client returns the client of the daemon that t (a command's flags), the
+// global flags and the environment name, in that order. ok is false when
+// the command should return code: the flags contradict each other, or the
+// TLS client's files do not load.
+func (e *env) client(t *target) (c *client.Client, code int, ok bool) {
+	// A setting's value, and whether a flag (else the environment) gave it.
+	type setting struct {
+		value, flag, env string
+		fromFlag         bool
+	}
+	pick := func(cmd, global, flagName, envName string) setting {
+		s := setting{value: cmd, flag: "--" + flagName, env: "$" + envName, fromFlag: true}
+		switch {
+		case cmd != "":
+		case global != "":
+			s.value = global
+		default:
+			s.value, s.fromFlag = os.Getenv(envName), false
+		}
+		return s
+	}
+	socket := pick(t.socket, e.global.socket, "socket", client.SocketEnv)
+	host := pick(t.host, e.global.host, "host", client.HostEnv)
+	files := []setting{
+		pick(t.cert, e.global.cert, "cert", client.CertEnv),
+		pick(t.key, e.global.key, "key", client.KeyEnv),
+		pick(t.ca, e.global.ca, "ca", client.CAEnv),
+	}
+	// A flag chooses over the environment; two choices of one rank are
+	// ambiguous.
+	useHost := false
+	switch {
+	case host.fromFlag && socket.fromFlag:
+		return nil, e.usageError("--host and --socket: give one, the daemon's TLS listener or its socket"), false
+	case host.fromFlag:
+		useHost = true
+	case socket.fromFlag:
+	case host.value != "" && socket.value != "":
+		return nil, e.usageError("$%s and $%s are both set: unset one, or choose with --host or --socket", client.HostEnv, client.SocketEnv), false
+	case host.value != "":
+		useHost = true
+	}
+	if !useHost {
+		for _, f := range files {
+			if f.fromFlag {
+				return nil, e.usageError("%s is for --host (a daemon's TLS listener), not for a socket", f.flag), false
+			}
+		}
+		if socket.value == "" {
+			socket.value = client.DefaultSocketPath
+		}
+		return client.New(socket.value), 0, true
+	}
+	where := host.flag
+	if !host.fromFlag {
+		where = host.env
+	}
+	var missing []string
+	for _, f := range files {
+		if f.value == "" {
+			missing = append(missing, f.flag+" (or "+f.env+")")
+		}
+	}
+	if len(missing) > 0 {
+		return nil, e.usageError("%s %s needs the client's certificate and key and the CA of the daemon's certificate: missing %s",
+			where, host.value, strings.Join(missing, ", ")), false
+	}
+	if !strings.HasPrefix(host.value, "https://") {
+		return nil, e.usageError("%s %q: not an https:// URL; want https://HOST:PORT (the daemon's tls.listen)", where, host.value), false
+	}
+	c, err := client.NewTLS(host.value, files[0].value, files[1].value, files[2].value)
+	if err != nil {
+		return nil, e.errorf("%v", err), false
+	}
+	return c, 0, true
 }
 
 // parse parses a subcommand's args, allowing flags after positional

@@ -23,7 +23,7 @@ func runMCP(e *env, args []string) int {
 	fs := e.flagSet("mcp")
 	addr := fs.String("http", "", "serve Streamable HTTP on `ADDR` (HOST:PORT, a loopback address; port 0 picks one) instead of stdio")
 	allowRemote := fs.Bool("allow-remote", false, "let --http listen on a non-loopback address (no authentication: anyone who reaches it runs code)")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
@@ -43,7 +43,11 @@ func runMCP(e *env, args []string) int {
 		}
 		defer l.Close()
 	}
-	srv, err := mcp.New(e.ctx, e.client(*socket), version.Version)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	srv, err := mcp.New(e.ctx, c, version.Version)
 	if err != nil {
 		return e.daemonError(err)
 	}

@@ -38,14 +38,17 @@ func runRepl(e *env, args []string) int {
 	sf.register(fs)
 	attach := fs.String("session", "", "run in the existing session `ID` and leave it at exit (exclusive with the session flags)")
 	outDir := fs.String("out-dir", ".", "write figures beneath `DIR`, creating it")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
 	if *attach != "" && sf.n > 0 {
 		return e.usageError("repl: --session takes an existing session; its flags are not the REPL's to set")
 	}
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	r := &repl{e: e, c: c, id: *attach, outDir: *outDir, tty: isTerminal(e.stdin)}
 	if r.id == "" {
 		req, cleanup, err := sf.request(e, c)

@@ -250,11 +250,14 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 	var sf sessionFlags
 	sf.register(fs)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON (the whole session) instead of the ID")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
 		return rc
 	}
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	req, cleanup, err := sf.request(e, c)
 	if err != nil {
 		return e.daemonError(err)
@@ -308,7 +311,7 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 	toStore := fs.Bool("return-to-store", false, "keep the returned files in the daemon's file store and print their IDs instead of writing them")
 	interactive := fs.Bool("interactive", true, "print the value of a final expression, as the Python REPL does")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 2)
 	if !ok {
@@ -329,7 +332,10 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 		req.ReturnFilesAs = api.ReturnStore
 	}
 
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	in, cleanup, err := e.stageFiles(c, files)
 	if err != nil {
 		return e.daemonError(err)
@@ -634,11 +640,15 @@ func runSessionList(e *env, sc *subcommand, args []string) int {
 func runList[L any](e *env, sc *subcommand, args []string, name, path string, table func(io.Writer, L, time.Time)) int {
 	fs := e.flagSet(name)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, path, nil)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -722,12 +732,16 @@ func shortDuration(d time.Duration) string {
 func runSessionShow(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("session show")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
 	if !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodGet, sessionPath(pos[0]), nil)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodGet, sessionPath(pos[0]), nil)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -778,12 +792,16 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("session interrupt")
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
 	if !ok {
 		return rc
 	}
-	raw, err := e.client(*socket).Do(e.ctx, http.MethodPost, sessionPath(pos[0])+"/interrupt", struct{}{})
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	raw, err := c.Do(e.ctx, http.MethodPost, sessionPath(pos[0])+"/interrupt", struct{}{})
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -815,12 +833,15 @@ func runSessionRemove(e *env, sc *subcommand, args []string) int {
 // interrupt stops at once.
 func runRemove(e *env, sc *subcommand, args []string, name string, del func(*client.Client, string) error) int {
 	fs := e.flagSet(name)
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, -1)
 	if !ok {
 		return rc
 	}
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	code := exitOK
 	for _, id := range pos {
 		if err := del(c, id); err != nil {

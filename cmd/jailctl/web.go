@@ -22,7 +22,7 @@ func runWeb(e *env, args []string) int {
 	fs := e.flagSet("web")
 	addr := fs.String("http", "127.0.0.1:8080", "listen on `ADDR` (HOST:PORT, a loopback address; port 0 picks one)")
 	allowRemote := fs.Bool("allow-remote", false, "let --http listen on a non-loopback address (anyone who reaches it with the token runs code as you)")
-	socket := socketFlag(fs)
+	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
 	}
@@ -34,7 +34,10 @@ func runWeb(e *env, args []string) int {
 		return e.errorf("web: --http: %v", err)
 	}
 	defer l.Close()
-	c := e.client(*socket)
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
 	// A daemon that cannot be reached is said now, not on the first run.
 	if _, err := c.Health(e.ctx); err != nil {
 		return e.daemonError(err)

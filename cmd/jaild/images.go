@@ -40,22 +40,17 @@ func newImages(jails *jail.Engine, dir string, log *slog.Logger) *images {
 	return &images{jails: jails, log: log, served: map[string]servedImage{m.Name: {resolved, m.ImageDigest}}}
 }
 
-// change is one image to mount (added or replaced).
-type change struct {
-	name, dir string
-	manifest  *rootfs.Manifest
-	replace   bool
-}
-
-// apply serves cfg's images: it verifies every image that is new or whose
-// build changed before it touches the engine, so that a reload with one
-// bad image (missing, tampered, misnamed) changes nothing; then it mounts
-// those, gives the service its new pools (from then on requests can name
-// the new images and no longer the removed ones), and removes the images
-// no longer configured, which stay mounted for the jails still using them.
-// changed reports whether it changed anything (an error with nothing
-// changed is a refusal: everything stays as it was).
-func (s *images) apply(cfg config.Config, svc *run.Service) (changed bool, _ error) {
+// apply serves cfg's images. It verifies and mounts every image that is
+// new or whose build changed before it changes what is served, so that a
+// reload with one bad image (missing, misnamed, tampered, or whose tree or
+// mount fails) changes nothing; then it makes those the images new jails
+// get, calls serve (the server's per-image settings), gives the service
+// its new pools (from then on requests can name the new images and no
+// longer the removed ones), and removes the images no longer configured,
+// which stay mounted for the jails still using them. changed reports
+// whether it changed anything (an error with nothing changed is a
+// refusal: everything stays as it was).
+func (s *images) apply(cfg config.Config, svc *run.Service, serve func()) (changed bool, _ error) {
 	def := s.jails.DefaultImage()
 	want := map[string]string{def: cfg.Image}
 	for name, im := range cfg.Images {
@@ -64,7 +59,17 @@ func (s *images) apply(cfg config.Config, svc *run.Service) (changed bool, _ err
 		}
 		want[name] = im.Dir
 	}
+	type change struct {
+		name, dir string
+		prepared  *jail.PreparedImage
+		replace   bool
+	}
 	var changes []change
+	discard := func() {
+		for _, c := range changes {
+			c.prepared.Discard()
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		key := "images." + name
 		if name == def {
@@ -72,13 +77,16 @@ func (s *images) apply(cfg config.Config, svc *run.Service) (changed bool, _ err
 		}
 		resolved, err := filepath.EvalSymlinks(want[name])
 		if err != nil {
+			discard()
 			return false, fmt.Errorf("%s: %w (build it with rootfs/build.sh)", key, err)
 		}
 		m, err := readManifest(resolved)
 		if err != nil {
+			discard()
 			return false, fmt.Errorf("%s: %w", key, err)
 		}
 		if m.Name != name {
+			discard()
 			if name == def {
 				return false, fmt.Errorf("image: the image in %s is %q, not %q: the default image's name changes only with a restart", want[name], m.Name, name)
 			}
@@ -88,24 +96,24 @@ func (s *images) apply(cfg config.Config, svc *run.Service) (changed bool, _ err
 		if ok && old.dir == resolved && old.digest == m.ImageDigest {
 			continue // unchanged
 		}
-		if _, err := rootfs.Verify(resolved); err != nil {
+		p, err := s.jails.PrepareImage(name, resolved)
+		if err == nil && p.Manifest().Name != name {
+			p.Discard()
+			err = fmt.Errorf("the image is named %q", p.Manifest().Name)
+		}
+		if err != nil {
+			discard()
 			return false, fmt.Errorf("%s: image in %s refused: %w", key, want[name], err)
 		}
-		changes = append(changes, change{name: name, dir: resolved, manifest: m, replace: ok})
-	}
-	if len(changes) == 0 && len(want) == len(s.served) {
-		if svc != nil {
-			svc.SetImages(pools(cfg, def)) // pool sizes may have changed
-		}
-		return true, nil
+		changes = append(changes, change{name: name, dir: resolved, prepared: p, replace: ok})
 	}
 	var errs []error
 	for _, c := range changes {
-		m, err := s.jails.AddImage(c.name, c.dir)
-		if err != nil {
+		if err := c.prepared.Commit(); err != nil {
 			errs = append(errs, fmt.Errorf("image %s: %w", c.name, err))
 			continue
 		}
+		m := c.prepared.Manifest()
 		s.served[c.name] = servedImage{c.dir, m.ImageDigest}
 		verb := "added"
 		if c.replace {
@@ -113,8 +121,11 @@ func (s *images) apply(cfg config.Config, svc *run.Service) (changed bool, _ err
 		}
 		s.log.Info("image "+verb, "image", c.name, "digest", m.ImageDigest, "dir", c.dir, "python", m.PythonVersion)
 	}
+	if serve != nil {
+		serve()
+	}
 	if svc != nil {
-		svc.SetImages(pools(cfg, def))
+		svc.SetImages(pools(cfg, def)) // pool sizes may have changed too
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.served)) {
 		if _, ok := want[name]; ok {

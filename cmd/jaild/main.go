@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +35,7 @@ import (
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/tlsauth"
 	"github.com/jaild/jaild/internal/version"
 )
 
@@ -112,7 +115,7 @@ func serve() error {
 		return errors.Join(err, closeNetwork(netm))
 	}
 	imgs := newImages(jails, cfg.Image, log)
-	if _, err := imgs.apply(cfg, nil); err != nil {
+	if _, err := imgs.apply(cfg, nil, nil); err != nil {
 		return errors.Join(err, jails.Close(), closeNetwork(netm))
 	}
 	if high := debug.SetMemoryLimit(-1); high > 0 && high < math.MaxInt64 {
@@ -154,9 +157,37 @@ func serve() error {
 			return errors.Join(fmt.Errorf("metrics_listen: %w", err), engine.Close(), closeNetwork(netm))
 		}
 	}
+	var auth *tlsauth.Auth // the TLS listener's, nil when not configured
+	var tln net.Listener
+	if cfg.TLS.Listen != "" {
+		st, err := tlsauth.Load(cfg)
+		if err == nil {
+			auth = tlsauth.New(st)
+			tln, err = net.Listen("tcp", cfg.TLS.Listen)
+		}
+		if err != nil {
+			ln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			if !activated {
+				_ = os.Remove(cfg.Socket)
+			}
+			srv.Close()
+			return errors.Join(fmt.Errorf("tls: %w", err), engine.Close(), closeNetwork(netm))
+		}
+	}
 	hs := srv.HTTPServer()
-	served := make(chan error, 2) // the socket's server and metrics_listen's
+	served := make(chan error, 3) // the socket's server, metrics_listen's and the TLS listener's
 	go func() { served <- hs.Serve(srv.Listen(ln, maxConns)) }()
+	var ts *http.Server
+	if tln != nil {
+		ts = srv.TLSServer(auth)
+		go func() {
+			served <- ts.Serve(tls.NewListener(netutil.LimitListener(tln, cfg.TLS.MaxConnections), auth.TLSConfig()))
+		}()
+		log.Info("serving the API over mutual TLS", "address", tln.Addr().String(), "clients", len(cfg.TLS.Clients))
+	}
 	var ms *http.Server
 	if mln != nil {
 		ms = srv.MetricsServer()
@@ -180,15 +211,24 @@ wait:
 			log.Error("server stopped", "err", err)
 			break wait
 		case <-hups:
-			current = reload(current, load, imgs, engine, srv, log)
+			current = reload(current, load, imgs, engine, srv, auth, log)
 		}
 	}
+	srv.Drain() // /v1/ready says 503; new runs and sessions are refused
 	running, queued := srv.Usage()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping+"\nSTATUS=stopping: "+strconv.Itoa(running)+" runs in progress, "+strconv.Itoa(queued)+" queued")
 	if ms != nil {
 		_ = ms.Close() // scrapes hold nothing worth waiting for
 	}
-	shutdown(hs, srv, cfg.ShutdownGrace.Duration, log)
+	var wg sync.WaitGroup
+	wg.Go(func() { shutdown(hs, srv, cfg.ShutdownGrace.Duration, log) })
+	if ts != nil {
+		// The TLS listener answers while the runs in flight finish (its
+		// load balancer's health checks see /v1/ready's 503, and new
+		// requests a 503 they can retry elsewhere), then closes.
+		wg.Go(func() { drainTLS(ts, srv, cfg.ShutdownGrace.Duration) })
+	}
+	wg.Wait()
 	srv.Close() // ends the sessions; engine.Close waits for their teardown
 	if !activated {
 		_ = os.Remove(cfg.Socket)
@@ -201,7 +241,7 @@ wait:
 // needing a restart. A configuration that does not load, or an image that
 // is missing, misnamed or tampered with, fails the whole reload and the
 // daemon goes on as before. It returns the configuration now in force.
-func reload(cur config.Config, load func() (config.Config, error), imgs *images, svc *run.Service, srv *server.Server, log *slog.Logger) config.Config {
+func reload(cur config.Config, load func() (config.Config, error), imgs *images, svc *run.Service, srv *server.Server, auth *tlsauth.Auth, log *slog.Logger) config.Config {
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReloading+"\nMONOTONIC_USEC="+strconv.FormatInt(monotonicUsec(), 10))
 	defer func() { _, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving images "+imgs.names()) }()
 	next, err := load()
@@ -215,6 +255,15 @@ func reload(cur config.Config, load func() (config.Config, error), imgs *images,
 	}
 	applied := cur
 	applied.Image, applied.Images = next.Image, next.Images
+	applied.TLS.Cert, applied.TLS.Key, applied.TLS.ClientCA, applied.TLS.Clients = next.TLS.Cert, next.TLS.Key, next.TLS.ClientCA, next.TLS.Clients
+	var tlsState *tlsauth.State
+	if auth != nil {
+		if tlsState, err = tlsauth.Load(applied); err != nil {
+			log.Error("reload refused: the TLS listener's files do not load; nothing changed", "err", err)
+			srv.NoteReload(false)
+			return cur
+		}
+	}
 	if err := applied.Validate(); err != nil {
 		// next's images checked against cur's settings (its maxima, ...),
 		// which stay in force until a restart.
@@ -222,22 +271,39 @@ func reload(cur config.Config, load func() (config.Config, error), imgs *images,
 		srv.NoteReload(false)
 		return cur
 	}
-	changed, err := imgs.apply(applied, svc)
+	changed, err := imgs.apply(applied, svc, func() { srv.SetImages(applied) })
 	if !changed {
 		log.Error("reload refused; nothing changed", "err", err, "images", imgs.names())
 		srv.NoteReload(false)
 		return cur
 	}
-	srv.SetImages(applied)
+	if tlsState != nil {
+		auth.Set(tlsState) // new connections get the new certificate, CA and clients
+	}
 	srv.NoteReload(err == nil)
 	if err != nil {
-		// Every image was verified, yet one did not mount: the others
-		// are applied, and the next reload tries it again.
-		log.Error("reload: an image could not be mounted", "err", err, "images", imgs.names())
+		// Every image was mounted, yet one could not be committed or
+		// removed (the daemon is closing): the others are applied.
+		log.Error("reload: an image could not be applied", "err", err, "images", imgs.names())
 		return applied
 	}
 	log.Info("reloaded", "images", imgs.names())
 	return applied
+}
+
+// drainTLS lets the TLS listener answer until the runs in flight are done
+// or grace is over, then shuts it down.
+func drainTLS(ts *http.Server, srv *server.Server, grace time.Duration) {
+	for deadline := time.Now().Add(grace); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if running, queued := srv.Usage(); running+queued == 0 {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ts.Shutdown(ctx); err != nil {
+		_ = ts.Close()
+	}
 }
 
 // monotonicUsec is CLOCK_MONOTONIC in microseconds, which systemd wants

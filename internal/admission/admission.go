@@ -22,13 +22,36 @@ type Config struct {
 	DailyQuota    int64         // per uid per UTC day; 0: unlimited
 }
 
-// Caller identifies who asks, from SO_PEERCRED.
+// Caller identifies who asks: a local uid (SO_PEERCRED on the socket), or
+// a client of the TLS listener, named by its certificate, with a uid of
+// its own (outside the range of local uids) that its sessions, files,
+// rate and quota are kept under.
 type Caller struct {
 	UID   uint32
-	PID   int32
+	PID   int32 // -1 for a TLS client
 	Admin bool
 	// Network: the caller may ask for egress (the daemon's network policy).
 	Network bool
+	// Client names a TLS client; "" for a local caller.
+	Client string
+	// Limits, when set, replace the configured rate and quota for this
+	// caller (a TLS client's own).
+	Limits *Limits
+}
+
+// Limits are a caller's rate limit and daily quota.
+type Limits struct {
+	RatePerMinute float64 // 0: unlimited
+	Burst         int
+	DailyQuota    int64 // 0: unlimited
+}
+
+// Who names the caller in messages: `uid 1000` or `client "agent-a"`.
+func (c Caller) Who() string {
+	if c.Client != "" {
+		return fmt.Sprintf("client %q", c.Client)
+	}
+	return fmt.Sprintf("uid %d", c.UID)
 }
 
 // RetryError is a refusal that tells the caller when to try again. It
@@ -74,7 +97,7 @@ func New(cfg Config) *Controller {
 // quota) or errdefs.ErrBusy (queue full or wait expired), or ctx's error.
 func (c *Controller) Admit(ctx context.Context, who Caller) (release func(), err error) {
 	if !who.Admin {
-		if err := c.charge(who.UID); err != nil {
+		if err := c.charge(who); err != nil {
 			return nil, err
 		}
 	}
@@ -123,16 +146,25 @@ func (c *Controller) Usage() (running, queued int) {
 // QuotaRemaining returns what is left of uid's daily quota, or -1 when
 // the caller has none (unlimited, or an admin).
 func (c *Controller) QuotaRemaining(who Caller) int64 {
-	if who.Admin || c.cfg.DailyQuota == 0 {
+	l := c.limits(who)
+	if who.Admin || l.DailyQuota == 0 {
 		return -1
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rollDay()
 	if st := c.callers[who.UID]; st != nil {
-		return max(0, c.cfg.DailyQuota-st.used)
+		return max(0, l.DailyQuota-st.used)
 	}
-	return c.cfg.DailyQuota
+	return l.DailyQuota
+}
+
+// limits are who's rate and quota: its own, or the configured ones.
+func (c *Controller) limits(who Caller) Limits {
+	if who.Limits != nil {
+		return *who.Limits
+	}
+	return Limits{RatePerMinute: c.cfg.RatePerMinute, Burst: c.cfg.Burst, DailyQuota: c.cfg.DailyQuota}
 }
 
 func (c *Controller) rollDay() {
@@ -144,30 +176,31 @@ func (c *Controller) rollDay() {
 	}
 }
 
-func (c *Controller) charge(uid uint32) error {
+func (c *Controller) charge(who Caller) error {
+	l := c.limits(who)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rollDay()
 	now := c.now()
-	st := c.callers[uid]
+	st := c.callers[who.UID]
 	if st == nil {
-		st = &callerState{tokens: float64(c.cfg.Burst), last: now}
-		c.callers[uid] = st
+		st = &callerState{tokens: float64(l.Burst), last: now}
+		c.callers[who.UID] = st
 	}
-	if c.cfg.DailyQuota > 0 && st.used >= c.cfg.DailyQuota {
+	if l.DailyQuota > 0 && st.used >= l.DailyQuota {
 		y, m, d := now.UTC().Date()
 		reset := time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC).Sub(now)
 		return &RetryError{Class: errdefs.ErrRateLimited, After: reset,
-			Msg: fmt.Sprintf("daily quota of %d runs used up for uid %d; it resets at 00:00 UTC", c.cfg.DailyQuota, uid)}
+			Msg: fmt.Sprintf("daily quota of %d runs used up for %s; it resets at 00:00 UTC", l.DailyQuota, who.Who())}
 	}
-	if c.cfg.RatePerMinute > 0 {
-		perSec := c.cfg.RatePerMinute / 60
-		st.tokens = min(float64(c.cfg.Burst), st.tokens+now.Sub(st.last).Seconds()*perSec)
+	if l.RatePerMinute > 0 {
+		perSec := l.RatePerMinute / 60
+		st.tokens = min(float64(l.Burst), st.tokens+now.Sub(st.last).Seconds()*perSec)
 		st.last = now
 		if st.tokens < 1 {
 			wait := time.Duration((1 - st.tokens) / perSec * float64(time.Second))
 			return &RetryError{Class: errdefs.ErrRateLimited, After: wait,
-				Msg: fmt.Sprintf("rate limit of %g runs per minute (burst %d) exceeded for uid %d", c.cfg.RatePerMinute, c.cfg.Burst, uid)}
+				Msg: fmt.Sprintf("rate limit of %g runs per minute (burst %d) exceeded for %s", l.RatePerMinute, l.Burst, who.Who())}
 		}
 		st.tokens--
 	}
@@ -185,8 +218,8 @@ func (c *Controller) refund(who Caller) {
 	defer c.mu.Unlock()
 	if st := c.callers[who.UID]; st != nil {
 		st.used = max(0, st.used-1)
-		if c.cfg.RatePerMinute > 0 {
-			st.tokens = min(float64(c.cfg.Burst), st.tokens+1)
+		if l := c.limits(who); l.RatePerMinute > 0 {
+			st.tokens = min(float64(l.Burst), st.tokens+1)
 		}
 	}
 }

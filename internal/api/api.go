@@ -316,7 +316,10 @@ type Capacity struct {
 
 // CallerInfo tells the caller how the daemon sees it.
 type CallerInfo struct {
-	UID            uint32 `json:"uid"`
+	UID uint32 `json:"uid"`
+	// Client names the TLS client the caller is (its certificate's), on
+	// the TCP listener; absent on the socket.
+	Client         string `json:"client,omitempty"`
 	Admin          bool   `json:"admin"`
 	Network        bool   `json:"network"`         // may ask for "internet"
 	QuotaRemaining *int64 `json:"quota_remaining"` // null when unlimited
@@ -325,6 +328,13 @@ type CallerInfo struct {
 // Health is the body of GET /v1/health.
 type Health struct {
 	Status string `json:"status"`
+}
+
+// Ready is the body of GET /v1/ready: 200 with ready true when a run sent
+// now could be admitted, else 503 with ready false and the reason.
+type Ready struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrorBody is the one shape of every error response.

@@ -1,7 +1,8 @@
-// Package client is the Go client of jaild's HTTP API on its Unix socket.
-// It speaks the wire contract of package api and turns the daemon's error
-// responses back into api's error classes, so callers can test them with
-// errors.Is (errdefs.ErrBusy, errdefs.ErrRateLimited, ...).
+// Package client is the Go client of jaild's HTTP API: on its Unix socket
+// (New), or on its TCP listener over mutual TLS (NewTLS). It speaks the
+// wire contract of package api and turns the daemon's error responses
+// back into api's error classes, so callers can test them with errors.Is
+// (errdefs.ErrBusy, errdefs.ErrRateLimited, ...).
 package client
 
 import (
@@ -44,9 +45,11 @@ func DefaultSocket() string {
 	return DefaultSocketPath
 }
 
-// Client talks to one jaild socket. It is safe for concurrent use.
+// Client talks to one jaild: its socket, or its TLS listener. It is safe
+// for concurrent use.
 type Client struct {
-	socket      string
+	socket      string // "" for a client of a TLS listener
+	base        string // what a request's path is appended to
 	http        *http.Client
 	maxResponse int64
 
@@ -57,34 +60,45 @@ type Client struct {
 // New returns a client of the daemon listening on socketPath. It does not
 // connect until the first request.
 func New(socketPath string) *Client {
-	c := &Client{socket: socketPath, maxResponse: MaxResponseBytes}
-	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	dialer := &net.Dialer{Timeout: dialTimeout}
+	return newClient(socketPath, "http://jaild", &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, "unix", socketPath)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				return nil, &ConnectError{Socket: socketPath, Err: err}
+			}
+			return conn, nil
+		},
+	})
+}
+
+// dialTimeout bounds a connection's dial, and separately its TLS
+// handshake.
+const dialTimeout = 10 * time.Second
+
+// newClient returns a client whose requests go to base through tr.
+func newClient(socket, base string, tr *http.Transport) *Client {
+	c := &Client{socket: socket, base: base, maxResponse: MaxResponseBytes}
+	tr.DisableCompression = true
+	tr.MaxIdleConns = 4
+	tr.IdleConnTimeout = 30 * time.Second
 	// No Timeout and no ResponseHeaderTimeout: a run lasts as long as its
 	// limits allow and a transfer of the file store as long as its size
 	// needs (1 GiB); callers bound a request with its context.
 	c.http = &http.Client{
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				conn, err := dialer.DialContext(ctx, "unix", socketPath)
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil, err
-					}
-					return nil, &ConnectError{Socket: socketPath, Err: err}
-				}
-				return conn, nil
-			},
-			DisableCompression: true,
-			MaxIdleConns:       4,
-			IdleConnTimeout:    30 * time.Second,
-		},
-		// The daemon never redirects; following one could leave the socket.
+		Transport: tr,
+		// The daemon never redirects; following one could leave the
+		// daemon (or the socket).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return c
 }
 
-// Socket returns the socket path the client dials.
+// Socket returns the socket path the client dials; "" for a client of a
+// TLS listener (NewTLS).
 func (c *Client) Socket() string { return c.socket }
 
 // QuotaRemaining returns the caller's remaining quota as of the last
@@ -155,8 +169,8 @@ func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 // Do sends in (marshalled to JSON; nil sends no body) to path and returns
 // the body of a 2xx response, checked to be a single JSON object. It is
 // for callers that pass the daemon's JSON on unchanged. Errors are those
-// of the typed methods: *ConnectError when the socket cannot be dialed,
-// *Error for an error response, and wrapped context or decoding errors.
+// of the typed methods: *ConnectError when the daemon cannot be reached
+// (or, over TLS, refuses the client's certificate), *Error for an error response, and wrapped context or decoding errors.
 func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawMessage, error) {
 	var body io.Reader
 	if in != nil {
@@ -188,7 +202,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawM
 
 // newRequest returns a request of the daemon's API; body may be nil.
 func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://jaild"+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("jaild %s %s: %w", method, path, err)
 	}
@@ -205,6 +219,12 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 		var ce *ConnectError
 		if errors.As(err, &ce) {
 			return nil, ce
+		}
+		// A TLS 1.3 client's handshake ends before the daemon has checked
+		// its certificate: a refusal is an alert read with the response.
+		var op *net.OpError
+		if c.socket == "" && errors.As(err, &op) && op.Op == "remote error" {
+			return nil, &ConnectError{Host: c.base, Err: op}
 		}
 		return nil, fmt.Errorf("jaild %s %s: %w", req.Method, req.URL.Path, err)
 	}

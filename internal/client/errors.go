@@ -1,10 +1,13 @@
 package client
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"syscall"
@@ -91,10 +94,14 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// ConnectError is returned when the daemon's socket cannot be dialed. It
-// unwraps to the dial error, so errors.Is(err, syscall.ENOENT) works.
+// ConnectError is returned when the daemon cannot be reached: its socket
+// cannot be dialed, or its TLS listener cannot be dialed, fails the TLS
+// handshake or refuses the client's certificate. It unwraps to the dial,
+// handshake or alert error, so errors.Is(err, syscall.ENOENT) and
+// errors.As(err, &x509.UnknownAuthorityError{}) work.
 type ConnectError struct {
-	Socket string
+	Socket string // the socket's path; "" for a TLS listener
+	Host   string // the TLS listener's URL (https://HOST:PORT); "" for a socket
 	Err    error
 }
 
@@ -104,19 +111,60 @@ func (e *ConnectError) Error() string {
 	if errors.As(e.Err, &errno) {
 		reason = errno.Error()
 	}
-	return fmt.Sprintf("cannot connect to jaild at %s: %s (%s)", e.Socket, reason, e.hint())
+	at := e.Socket
+	if e.Host != "" {
+		at = e.Host
+	}
+	return fmt.Sprintf("cannot connect to jaild at %s: %s (%s)", at, reason, e.hint())
 }
 
 // Unwrap returns the dial error.
 func (e *ConnectError) Unwrap() error { return e.Err }
 
 func (e *ConnectError) hint() string {
+	if e.Host != "" {
+		return e.tlsHint()
+	}
 	const other = "set JAILD_SOCKET or --socket for another socket"
 	switch {
 	case errors.Is(e.Err, syscall.ENOENT), errors.Is(e.Err, syscall.ECONNREFUSED):
 		return `is the daemon running? start it (as root) with "systemctl start jaild.socket" or "make run"; ` + other
 	case errors.Is(e.Err, syscall.EACCES), errors.Is(e.Err, syscall.EPERM):
 		return `only root and members of the jaild group may use the socket: "usermod -aG jaild $USER" as root, then log in again; ` + other
+	}
+	return other
+}
+
+func (e *ConnectError) tlsHint() string {
+	const other = "set JAILD_HOST or --host for another daemon"
+	var (
+		dns      *net.DNSError
+		op       *net.OpError
+		ne       net.Error
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(e.Err, syscall.ECONNREFUSED):
+		return "is the daemon running, with its tls.listen on that address? " + other
+	case errors.As(e.Err, &dns):
+		return "no such host? " + other
+	case errors.As(e.Err, &op) && op.Op == "remote error":
+		// The daemon checked the certificate after the handshake.
+		return "the daemon refused this client's certificate: it must be signed by the daemon's tls.client_ca, " +
+			"be valid now, and match a [[tls.clients]] entry by its subject CN or a san pattern; JAILD_CERT or --cert names it"
+	case errors.As(e.Err, &unknown):
+		return "the daemon's certificate is not signed by a CA of JAILD_CA or --ca"
+	case errors.As(e.Err, &hostname):
+		return "the daemon's certificate does not name the host of the URL in a subjectAltName: use a name it has, or reissue it"
+	case errors.As(e.Err, &invalid):
+		return "the daemon's certificate is not valid now (expired, or not yet valid), or is not a server's: the daemon's operator must renew it"
+	case errors.As(e.Err, &record):
+		return "that address does not speak TLS: is it the daemon's tls.listen? " + other
+	case errors.As(e.Err, &ne) && ne.Timeout():
+		return "is the address right, and the port open to this host? " + other
 	}
 	return other
 }

@@ -6,9 +6,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -97,6 +99,120 @@ type Config struct {
 	// name requests give in their image field; it must be the name in
 	// the image's manifest (rootfs/build.sh's recipe name).
 	Images map[string]Image `toml:"images"`
+	TLS    TLS              `toml:"tls"`
+}
+
+// TLS configures the optional TCP listener: the same API as the socket,
+// over TLS 1.3 with client certificates (mutual TLS). A reload (SIGHUP)
+// reads the certificate, key and client CA files again and applies
+// Clients; Listen changes with a restart.
+type TLS struct {
+	Listen   string `toml:"listen"` // "host:port"; "": no TCP listener
+	Cert     string `toml:"cert"`   // the server's certificate chain (PEM)
+	Key      string `toml:"key"`    // its private key (PEM)
+	ClientCA string `toml:"client_ca"`
+	// MaxConnections bounds the listener's open connections (handshakes
+	// included).
+	MaxConnections int         `toml:"max_connections"`
+	Clients        []TLSClient `toml:"clients"`
+}
+
+// TLSClient maps client certificates to a caller. A certificate signed by
+// the client CA that matches no entry is refused at the handshake.
+type TLSClient struct {
+	// Name is the caller's name: its sessions and stored files belong to
+	// it, and the audit names it.
+	Name string `toml:"name"`
+	// Subject matches the certificate's subject common name exactly (""
+	// means Name); SAN, when set instead, is a pattern over its DNS and
+	// URI subject alternative names (path.Match: * matches any run of
+	// characters but '/', so "*.corp.example" also matches
+	// "a.b.corp.example", and "spiffe://corp/agent/*" one path segment).
+	Subject string `toml:"subject"`
+	SAN     string `toml:"san"`
+	Admin   bool   `toml:"admin"`   // admin maxima, no rate or quota, every caller's sessions
+	Network bool   `toml:"network"` // may ask for egress (with network.enabled)
+	// RatePerMinute, Burst and DailyQuota replace [admission]'s for this
+	// client when set.
+	RatePerMinute *float64 `toml:"rate_per_minute"`
+	Burst         *int     `toml:"burst"`
+	DailyQuota    *int64   `toml:"daily_quota"`
+}
+
+// TLSClientUIDBase: a TLS client's uid is above it (TLSClientUID), far
+// from the uids of local users and of containers' id ranges.
+const TLSClientUIDBase = 1 << 31
+
+// TLSClientUID is the uid a TLS client's sessions, files, rate and quota
+// are kept under: derived from its name, so that it stays the same
+// across restarts and reorderings of the configuration.
+func TLSClientUID(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return TLSClientUIDBase | h.Sum32()&0x7fff_fffe // never 2^32-1 (the kernel's "no uid")
+}
+
+var tlsClientName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+
+func (c *Config) validateTLS() error {
+	t := c.TLS
+	if t.Listen == "" && len(t.Clients) == 0 {
+		return nil
+	}
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("tls.%s: "+format, append([]any{key}, args...)...))
+	}
+	if t.Listen != "" {
+		if err := checkListen(t.Listen); err != nil {
+			bad("listen", "%v", err)
+		}
+		for key, p := range map[string]string{"cert": t.Cert, "key": t.Key, "client_ca": t.ClientCA} {
+			if !filepath.IsAbs(p) {
+				bad(key, "must be an absolute path when tls.listen is set, got %q", p)
+			}
+		}
+		if len(t.Clients) == 0 {
+			bad("clients", "no [[tls.clients]]: every client would be refused")
+		}
+	}
+	if t.MaxConnections < 1 || t.MaxConnections > 65536 {
+		bad("max_connections", "must be in 1..65536, got %d", t.MaxConnections)
+	}
+	names, uids := map[string]bool{}, map[uint32]string{}
+	for i, cl := range t.Clients {
+		key := fmt.Sprintf("clients[%d]", i)
+		if !tlsClientName.MatchString(cl.Name) {
+			bad(key+".name", "must be 1..64 letters, digits, '.', '_', '@' and '-', got %q", cl.Name)
+			continue
+		}
+		if names[cl.Name] {
+			bad(key+".name", "%q is named twice", cl.Name)
+		}
+		names[cl.Name] = true
+		if other, ok := uids[TLSClientUID(cl.Name)]; ok {
+			bad(key+".name", "%q and %q map to the same uid; rename one", cl.Name, other)
+		}
+		uids[TLSClientUID(cl.Name)] = cl.Name
+		if cl.Subject != "" && cl.SAN != "" {
+			bad(key, "set subject or san, not both")
+		}
+		if cl.SAN != "" {
+			if _, err := path.Match(cl.SAN, ""); err != nil {
+				bad(key+".san", "bad pattern %q: %v", cl.SAN, err)
+			}
+		}
+		if cl.RatePerMinute != nil && *cl.RatePerMinute < 0 {
+			bad(key+".rate_per_minute", "must not be negative (0: unlimited)")
+		}
+		if cl.Burst != nil && *cl.Burst < 1 {
+			bad(key+".burst", "must be at least 1")
+		}
+		if cl.DailyQuota != nil && *cl.DailyQuota < 0 {
+			bad(key+".daily_quota", "must not be negative (0: unlimited)")
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Image is one more image the daemon serves. A reload (SIGHUP) adds,
@@ -331,6 +447,7 @@ func Default() Config {
 			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
 			KeepEnded: Duration{10 * time.Minute},
 		},
+		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024},
 		Files: Files{
 			Enabled: true, Dir: "/var/lib/jaild/files", MaxFileMB: 1024, MaxMBPerUID: 4096, MaxFilesPerUID: 1000,
 			MaxTotalMB: 16384, MinFreeMB: 1024, TTL: Duration{24 * time.Hour},
@@ -489,7 +606,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
-	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate(), c.validateImages())
+	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate(), c.validateImages(), c.validateTLS())
 	return errors.Join(errs...)
 }
 
@@ -709,8 +826,9 @@ func checkListen(addr string) error {
 }
 
 // NeedRestart lists the keys (top-level keys and sections) whose values
-// differ between c and next other than image and [images], which a reload
-// applies: the others take effect only at a restart.
+// differ between c and next other than image, [images] and [tls]'s files
+// and clients, which a reload applies: the others take effect only at a
+// restart.
 func (c *Config) NeedRestart(next Config) []string {
 	a, b := reflect.ValueOf(*c), reflect.ValueOf(next)
 	var keys []string
@@ -718,6 +836,15 @@ func (c *Config) NeedRestart(next Config) []string {
 		f := a.Type().Field(i)
 		key, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
 		if key == "image" || key == "images" {
+			continue
+		}
+		if key == "tls" {
+			if c.TLS.Listen != next.TLS.Listen {
+				keys = append(keys, "tls.listen")
+			}
+			if c.TLS.MaxConnections != next.TLS.MaxConnections {
+				keys = append(keys, "tls.max_connections")
+			}
 			continue
 		}
 		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {

@@ -247,11 +247,9 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 	for _, im := range list {
-		if err := im.img.Close(); err != nil {
+		if err := e.closeImage(im); err != nil { // the mountpoint of an added image goes too
 			errs = append(errs, err)
-			continue
 		}
-		e.closeImage(im) // the mountpoint of an added image goes too
 	}
 	return errors.Join(errs...)
 }

@@ -65,6 +65,33 @@ func (e *Engine) ImageManifest(name string) *rootfs.Manifest {
 // jails using it keep it until they are destroyed. The default image can
 // be replaced only by an image of the same name (a new build of it).
 func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
+	p, err := e.PrepareImage(name, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Commit(); err != nil {
+		return nil, err
+	}
+	return p.Manifest(), nil
+}
+
+// PreparedImage is an image verified and mounted by PrepareImage, which
+// no jail can use until Commit; Discard unmounts it instead. Preparing
+// every image of a change first makes the change all or nothing.
+type PreparedImage struct {
+	e    *Engine
+	name string
+	img  *rootfs.Image
+	done bool
+}
+
+// Manifest is the prepared image's verified manifest.
+func (p *PreparedImage) Manifest() *rootfs.Manifest { return p.img.Manifest }
+
+// PrepareImage verifies the image in dir (its digest, once, from the file
+// it mounts), mounts it and validates its tree, for AddImage's name; it
+// fails for a default image of another name.
+func (e *Engine) PrepareImage(name, dir string) (*PreparedImage, error) {
 	if !validImageName.MatchString(name) {
 		return nil, fmt.Errorf("image name %q: want lower-case letters, digits, - and _ (at most 63)", name)
 	}
@@ -85,19 +112,37 @@ func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
 		return nil, err
 	}
 	if name == e.defaultImage && img.Manifest.Name != name {
-		e.closeImage(&image{name: name, img: img})
+		_ = e.closeImage(&image{name: name, img: img})
 		return nil, fmt.Errorf("image %q is the default image; the image in %s is named %q (the default's name changes with a restart)", name, dir, img.Manifest.Name)
 	}
+	return &PreparedImage{e: e, name: name, img: img}, nil
+}
+
+// Discard unmounts a prepared image that was not committed.
+func (p *PreparedImage) Discard() {
+	if !p.done {
+		p.done = true
+		_ = p.e.closeImage(&image{name: p.name, img: p.img})
+	}
+}
+
+// Commit makes the prepared image the one new jails of its name get.
+func (p *PreparedImage) Commit() error {
+	if p.done {
+		return errors.New("image already committed or discarded")
+	}
+	e := p.e
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		e.closeImage(&image{name: name, img: img})
-		return nil, ErrClosed
+		p.Discard()
+		return ErrClosed
 	}
-	old := e.images[name]
-	e.images[name] = &image{name: name, img: img}
-	if name == e.defaultImage {
-		e.defaultManifest = img.Manifest
+	p.done = true
+	old := e.images[p.name]
+	e.images[p.name] = &image{name: p.name, img: p.img}
+	if p.name == e.defaultImage {
+		e.defaultManifest = p.img.Manifest
 	}
 	var drop *image
 	if old != nil {
@@ -108,9 +153,9 @@ func (e *Engine) AddImage(name, dir string) (*rootfs.Manifest, error) {
 	}
 	e.mu.Unlock()
 	if drop != nil {
-		e.closeImage(drop)
+		_ = e.closeImage(drop)
 	}
-	return img.Manifest, nil
+	return nil
 }
 
 // RemoveImage takes the image named name away from new jails; it is
@@ -130,7 +175,7 @@ func (e *Engine) RemoveImage(name string) error {
 	drop := im.refs == 0
 	e.mu.Unlock()
 	if drop {
-		e.closeImage(im)
+		_ = e.closeImage(im)
 	}
 	return nil
 }
@@ -159,22 +204,23 @@ func (e *Engine) releaseImage(im *image) {
 	drop := im.gone && im.refs == 0
 	e.mu.Unlock()
 	if drop {
-		e.closeImage(im)
+		_ = e.closeImage(im)
 	}
 }
 
 // closeImage unmounts an image no jail uses and removes its mountpoint
 // (but the default's, which is RunDir/rootfs).
-func (e *Engine) closeImage(im *image) {
+func (e *Engine) closeImage(im *image) error {
 	if err := im.img.Close(); err != nil {
 		e.log.Warn("unmount an image", "image", im.name, "err", err)
-		return
+		return err
 	}
 	if filepath.Dir(im.img.Root) == filepath.Join(e.cfg.RunDir, imagesDir) {
 		if err := os.Remove(im.img.Root); err != nil && !errors.Is(err, os.ErrNotExist) {
 			e.log.Warn("remove an image's mountpoint", "image", im.name, "err", err)
 		}
 	}
+	return nil
 }
 
 // sweepImages unmounts and removes what a predecessor left in imagesDir.

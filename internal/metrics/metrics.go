@@ -61,6 +61,8 @@ type Sources struct {
 	// Reload is the outcome of the last reload (SIGHUP) and when the
 	// configuration last loaded (the start, or the last good reload).
 	Reload func() (ok bool, lastSuccess time.Time)
+	// TLSRefused counts the TLS listener's refused handshakes.
+	TLSRefused func() uint64
 }
 
 // Image is an image the daemon serves.
@@ -218,6 +220,11 @@ func (m *Metrics) gauges(src Sources) {
 			_, at := f()
 			return float64(at.UnixNano()) / 1e9
 		})
+	}
+	if f := src.TLSRefused; f != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "jaild_tls_handshake_failures_total",
+			Help: "Connections to the TLS listener refused at the handshake: no client certificate, one the client CA did not sign, expired, matching no client, TLS below 1.3, plain HTTP, or too slow."},
+			func() float64 { return float64(f()) }))
 	}
 	if f := src.Memory; f != nil {
 		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })

@@ -75,6 +75,7 @@ type Pool struct {
 	// preload that it lacks) neither spins nor starves the rest.
 	failing map[Key]int
 	retryAt map[Key]time.Time
+	retired map[string]Refills // creations of keys that went, by kind
 }
 
 // Backoff after failed creations of a key: minBackoff after the first,
@@ -96,7 +97,7 @@ func backoff(fails int) time.Duration {
 func New(cfg Config, create Create) *Pool {
 	p := &Pool{cfg: cfg, create: create, log: cfg.Logger, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), ready: map[Key][]Item{}, refills: map[Key]*Refills{},
-		failing: map[Key]int{}, retryAt: map[Key]time.Time{}}
+		failing: map[Key]int{}, retryAt: map[Key]time.Time{}, retired: map[string]Refills{}}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -123,8 +124,20 @@ func (p *Pool) SetSizes(sizes []Size) {
 		}
 		if n == 0 {
 			delete(p.ready, k)
+		}
+	}
+	// A key that went is forgotten: its failures, and its creations
+	// (counted on in retired, by kind, so that KindRefills only grows).
+	for k := range p.failing {
+		if p.sizeLocked(k) == 0 {
 			delete(p.failing, k)
 			delete(p.retryAt, k)
+		}
+	}
+	for k, r := range p.refills {
+		if p.sizeLocked(k) == 0 {
+			p.retired[k.Kind] = addRefills(p.retired[k.Kind], *r)
+			delete(p.refills, k)
 		}
 	}
 	p.mu.Unlock()
@@ -243,18 +256,11 @@ func (p *Pool) Stats() Stats {
 			st.Refills[s.Key] = c
 		}
 	}
+	for kind, r := range p.retired {
+		st.KindRefills[kind] = addRefills(st.KindRefills[kind], r)
+	}
 	for k, r := range p.refills {
-		c := st.KindRefills[k.Kind]
-		c.Count += r.Count
-		c.Sum += r.Sum
-		c.Failed += r.Failed
-		if c.Buckets == nil {
-			c.Buckets = make([]uint64, len(RefillBuckets))
-		}
-		for i, b := range r.Buckets {
-			c.Buckets[i] += b
-		}
-		st.KindRefills[k.Kind] = c
+		st.KindRefills[k.Kind] = addRefills(st.KindRefills[k.Kind], *r)
 	}
 	st.Paused = p.pause
 	return st
@@ -408,4 +414,18 @@ func meminfo() (total, avail uint64) {
 		}
 	}
 	return total, avail
+}
+
+// addRefills is a+b, in new buckets.
+func addRefills(a, b Refills) Refills {
+	c := Refills{Count: a.Count + b.Count, Sum: a.Sum + b.Sum, Failed: a.Failed + b.Failed, Buckets: make([]uint64, len(RefillBuckets))}
+	for i := range c.Buckets {
+		if i < len(a.Buckets) {
+			c.Buckets[i] += a.Buckets[i]
+		}
+		if i < len(b.Buckets) {
+			c.Buckets[i] += b.Buckets[i]
+		}
+	}
+	return c
 }

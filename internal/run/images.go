@@ -42,7 +42,6 @@ type ImageStats struct {
 	Name     string
 	Default  bool
 	Manifest *rootfs.Manifest
-	Pool     PoolStats
 }
 
 // SetImages makes the service serve the images pools names (those its
@@ -118,24 +117,36 @@ func (s *Service) imageOfKey(key pool.Key) *servedImage {
 	return nil
 }
 
-// Images describes the images the service serves, sorted by name.
+// Images describes the images the service serves, sorted by name, as
+// SetImages last set them (an image the engine replaced meanwhile is
+// listed with the manifest of the build it had until the service takes
+// the new one; a request for it gets the new one). Pool is left zero:
+// see PoolsByImage. It takes only the service's lock: every request
+// resolves its image with it.
 func (s *Service) Images() []ImageStats {
 	def := s.e.DefaultImage()
+	s.mu.Lock()
+	out := make([]ImageStats, 0, len(s.images))
+	for _, im := range s.images {
+		out = append(out, ImageStats{Name: im.name, Default: im.name == def, Manifest: im.manifest})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b ImageStats) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// PoolsByImage are the warm pools of the images served, by name.
+func (s *Service) PoolsByImage() map[string]PoolStats {
 	s.mu.Lock()
 	list := make([]*servedImage, 0, len(s.images))
 	for _, im := range s.images {
 		list = append(list, im)
 	}
 	s.mu.Unlock()
-	slices.SortFunc(list, func(a, b *servedImage) int { return strings.Compare(a.name, b.name) })
 	st := s.pool.Stats()
-	out := make([]ImageStats, 0, len(list))
+	out := make(map[string]PoolStats, len(list))
 	for _, im := range list {
-		m := s.e.ImageManifest(im.name)
-		if m == nil || m != im.manifest {
-			continue // replaced or removed under us; the next call sees it
-		}
-		out = append(out, ImageStats{Name: im.name, Default: im.name == def, Manifest: m, Pool: im.stats(st)})
+		out[im.name] = im.stats(st)
 	}
 	return out
 }

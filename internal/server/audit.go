@@ -44,7 +44,7 @@ func newAuditor(cfg config.Audit, log *slog.Logger) (*auditor, error) {
 
 func (a *auditor) refused(who admission.Caller, op string, err error) {
 	status, typ := errdefs.Classify(err)
-	a.log.Info("audit", "op", op, "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	a.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"http_status", status, "error", typ, "reason", err.Error())
 	a.metrics.Refused(op, typ)
 }
@@ -64,7 +64,7 @@ func measure(res *run.Result, queued, total time.Duration) metrics.Run {
 func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res *run.Result, queued, total time.Duration) {
 	sum := sha256.Sum256([]byte(code))
 	digest := hex.EncodeToString(sum[:])
-	a.log.Info("audit", "op", op, "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	a.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"run_id", res.ID, "code_sha256", digest, "code_bytes", len(code),
 		"timeout_ms", l.Timeout.Milliseconds(), "memory_mb", l.MemoryBytes>>20, "pids", l.Pids,
 		"status", res.Status, "exit_code", res.ExitCode, "signal", res.Signal,
@@ -80,7 +80,7 @@ func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res 
 
 func (a *auditor) ranSession(who admission.Caller, id string, call int, code string, l jail.Limits, res *run.CallResult, queued, total time.Duration) {
 	sum := sha256.Sum256([]byte(code))
-	a.log.Info("audit", "op", "session_execute", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	a.log.Info("audit", "op", "session_execute", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"session_id", id, "call", call, "run_id", res.ID, "code_sha256", hex.EncodeToString(sum[:]), "code_bytes", len(code),
 		"timeout_ms", l.Timeout.Milliseconds(), "status", res.Status, "exit_code", res.ExitCode, "signal", res.Signal,
 		"state_lost", res.StateLost, "lost_reason", res.LostReason,

@@ -172,7 +172,7 @@ const maxFileIDs = 100
 // client goes away (r.Context is cancelled) or when the daemon aborts.
 func (s *Server) run(ctx context.Context, who admission.Caller, jr *run.Request) (*run.Result, time.Duration, error) {
 	qstart := time.Now()
-	release, err := s.adm.Admit(ctx, who)
+	release, err := s.admit(ctx, who)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, errdefs.New(errdefs.ErrUnavailable, "client went away while queued")
@@ -350,7 +350,7 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: this daemon has network egress disabled (network.enabled in its configuration)`)
 	}
 	if !who.Network {
-		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: uid %d is not allowed network egress (it needs to be in group %q, or an admin)`, who.UID, pol.AllowGroup)
+		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: %s is not allowed network egress (%s)`, who.Who(), networkHint(who, pol.AllowGroup))
 	}
 	list := req.AllowHosts
 	if len(list) == 0 {
@@ -541,4 +541,12 @@ func signalName(sig int) string {
 		return n
 	}
 	return "signal " + strconv.Itoa(sig)
+}
+
+// networkHint says how a caller gets egress.
+func networkHint(who admission.Caller, group string) string {
+	if who.Client != "" {
+		return "its [[tls.clients]] entry needs network = true"
+	}
+	return fmt.Sprintf("it needs to be in group %q, or an admin", group)
 }

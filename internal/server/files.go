@@ -73,7 +73,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 		body.p.tick()
 		return fail(err)
 	}
-	s.log.Info("audit", "op", "file_upload", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	s.log.Info("audit", "op", "file_upload", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"file_id", m.ID, "size_bytes", m.Size, "sha256", m.SHA256)
 	w.Header().Set("Location", "/v1/files/"+m.ID)
 	writeJSON(w, http.StatusCreated, storedFileWire(m))
@@ -404,7 +404,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "file_delete", err)
 		return err
 	}
-	s.log.Info("audit", "op", "file_delete", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	s.log.Info("audit", "op", "file_delete", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"file_id", m.ID, "owner", m.Owner, "size_bytes", m.Size)
 	writeJSON(w, http.StatusOK, storedFileWire(m))
 	return nil

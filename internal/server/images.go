@@ -7,6 +7,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 )
 
@@ -37,6 +38,9 @@ func (s *Server) NoteReload(ok bool) {
 // image the engine serves; another name is the caller's error, naming
 // the field and the images there are.
 func (s *Server) image(name string) (run.ImageStats, error) {
+	if name != "" && !rootfs.ImageName.MatchString(name) {
+		return run.ImageStats{}, errdefs.Field("image", "must be an image's name: 1..63 lower-case letters, digits, - and _ (GET /v1/info lists the images this daemon serves)")
+	}
 	list := s.engine.Images()
 	for _, im := range list {
 		if (name == "" && im.Default) || (name != "" && im.Name == name) {
@@ -95,13 +99,14 @@ func imageNames(list []run.ImageStats, ruff bool) string {
 func (s *Server) imagesInfo() []api.ImageInfo {
 	cfg := s.imgCfg.Load()
 	out := []api.ImageInfo{}
+	pools := s.engine.PoolsByImage()
 	for _, im := range s.engine.Images() {
 		m := im.Manifest
 		info := api.ImageInfo{
 			Name: im.Name, Default: im.Default, ImageDigest: m.ImageDigest, SizeBytes: m.ImageSizeBytes,
 			PythonVersion: m.PythonVersion, DebianSuite: m.DebianSuite, PythonPackages: m.PythonPackages,
 			Wheels: []api.WheelInfo{}, Packages: len(m.Packages), BuiltAt: m.BuiltAt, Ruff: m.HasPackage("ruff"),
-			Defaults: wireLimits(cfg.ImageDefaults(im.Name)), Pool: poolInfo(im.Pool),
+			Defaults: wireLimits(cfg.ImageDefaults(im.Name)), Pool: poolInfo(pools[im.Name]),
 		}
 		if info.PythonPackages == nil {
 			info.PythonPackages = map[string]string{}

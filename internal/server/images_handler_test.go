@@ -99,8 +99,12 @@ func TestInfoPoolIsTheDefaultImages(t *testing.T) {
 	h := harness(t, nil)
 	m := h.Engine.Manifest()
 	h.Engine.ImagesValue = []run.ImageStats{
-		{Name: "a", Manifest: &rootfs.Manifest{Name: "a"}, Pool: run.PoolStats{PlainSize: 1, PlainReady: 1}},
-		{Name: "test", Default: true, Manifest: m, Pool: run.PoolStats{Size: 2, Ready: 1, Preimport: []string{"numpy"}, PlainSize: 3}},
+		{Name: "a", Manifest: &rootfs.Manifest{Name: "a"}},
+		{Name: "test", Default: true, Manifest: m},
+	}
+	h.Engine.PoolsValue = map[string]run.PoolStats{
+		"a":    {PlainSize: 1, PlainReady: 1},
+		"test": {Size: 2, Ready: 1, Preimport: []string{"numpy"}, PlainSize: 3},
 	}
 	info, err := h.Client.Info(t.Context())
 	if err != nil {

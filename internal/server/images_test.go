@@ -40,11 +40,20 @@ func TestExecuteImage(t *testing.T) {
 			t.Errorf("%s: %+v %v, want image %q", body, jr, err, want)
 		}
 	}
-	for _, name := range []string{"nope", "Python", "small/../python"} {
+	for _, name := range []string{"nope", "python2"} {
 		_, err := decodeExecute(s, `{"code":"1","image":"`+name+`"}`, user)
 		fe := fieldError(t, name, err, "image")
 		if !strings.Contains(fe.Reason, `no image "`+name+`"`) || !strings.Contains(fe.Reason, "python, small") {
 			t.Errorf("%s: %q, want the name asked and the images served (python, small)", name, fe.Reason)
+		}
+	}
+	// What cannot be an image's name is refused by its form, and not
+	// echoed (it may be megabytes long).
+	for _, name := range []string{"Python", "small/../python", strings.Repeat("a", 64), "-x"} {
+		_, err := decodeExecute(s, `{"code":"1","image":"`+name+`"}`, user)
+		fe := fieldError(t, name, err, "image")
+		if !strings.Contains(fe.Reason, "must be an image's name") || strings.Contains(fe.Reason, name) {
+			t.Errorf("%.20s: %q, want the form of a name, without the value", name, fe.Reason)
 		}
 	}
 }

@@ -33,7 +33,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		CgroupMode:  s.engine.CgroupMode(),
 		Seccomp:     api.SeccompInfo{Profile: s.cfg.SeccompProfile, DefaultAction: string(prof.DefaultAction), Rules: len(prof.Syscalls)},
 		Capacity:    api.Capacity{MaxConcurrent: s.cfg.MaxConcurrent(), Running: running, QueueSize: s.cfg.Admission.QueueSize, Queued: queued},
-		Caller:      api.CallerInfo{UID: who.UID, Admin: who.Admin, Network: who.Network},
+		Caller:      api.CallerInfo{UID: who.UID, Client: who.Client, Admin: who.Admin, Network: who.Network},
 	}
 	n := s.cfg.Network
 	info.Network = api.NetworkInfo{Available: n.Enabled, Allowed: who.Network, DefaultAllowHosts: n.AllowHosts}

@@ -399,7 +399,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 
 	// The daemon.
-	for _, p := range []string{"/v1/info", "/v1/health", "/v1/openapi.json", "/metrics"} {
+	for _, p := range []string{"/v1/info", "/v1/health", "/v1/ready", "/v1/openapi.json", "/metrics"} {
 		resp, body := c.do(exchange{method: "GET", path: p, template: p})
 		want(resp, body, 200)
 	}
@@ -601,7 +601,46 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.on(busy)
 	resp, body = exec(api.ExecuteRequest{Code: "x"}, nil, false)
 	want(resp, body, 503)
+	resp, body = c.do(exchange{method: "GET", path: "/v1/ready", template: "/v1/ready"})
+	want(resp, body, 503)
+	if !strings.Contains(string(body), `"reason":"full: 1 runs in progress and 0 queued"`) {
+		t.Errorf("GET /v1/ready with every slot taken: %s", body)
+	}
 	close(release)
+
+	// Draining: ready says so, and new runs, sessions and session calls
+	// are refused with the message the document shows.
+	drained := harness(t, nil)
+	c.on(drained)
+	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{}`)})
+	want(resp, body, 201)
+	var live api.Session
+	if err := json.Unmarshal(body, &live); err != nil {
+		t.Fatal(err)
+	}
+	drained.Server.Drain()
+	resp, body = c.do(exchange{method: "GET", path: "/v1/ready", template: "/v1/ready"})
+	want(resp, body, 503)
+	if string(body) != `{"ready":false,"reason":"draining: the daemon is stopping"}`+"\n" {
+		t.Errorf("GET /v1/ready while draining: %q", body)
+	}
+	for _, x := range []exchange{
+		{method: "POST", path: "/v1/execute", template: "/v1/execute", hdr: jsonHdr, body: []byte(`{"code": "x"}`)},
+		{method: "POST", path: "/v1/execute", template: "/v1/execute", hdr: map[string]string{"Content-Type": "application/json", "Accept": api.MediaNDJSON}, body: []byte(`{"code": "x"}`)},
+		{method: "POST", path: "/v1/lint", template: "/v1/lint", hdr: jsonHdr, body: []byte(`{"code": "x"}`)},
+		{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{}`)},
+		{method: "POST", path: "/v1/sessions/" + live.SessionID + "/execute", template: "/v1/sessions/{id}/execute", hdr: jsonHdr, body: []byte(`{"code": "1"}`)},
+	} {
+		resp, body = c.do(x)
+		want(resp, body, 503)
+		var e api.ErrorBody
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Type != "unavailable" ||
+			e.Error.Message != "the daemon is stopping; send the request to another host, or retry when it is back" {
+			t.Errorf("%s %s while draining: %s", x.method, x.path, body)
+		}
+	}
+	resp, body = c.do(exchange{method: "GET", path: "/v1/sessions/" + live.SessionID, template: "/v1/sessions/{id}"})
+	want(resp, body, 200) // what is not a new run still answers
 
 	off := harness(t, func(cfg *config.Config) { cfg.Files.Enabled, cfg.Sessions.Enabled = false, false })
 	c.on(off)

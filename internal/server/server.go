@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -45,8 +46,10 @@ type Engine interface {
 	Run(ctx context.Context, req *run.Request) (*run.Result, error)
 	Manifest() *rootfs.Manifest
 	// Images are the images runs can name, sorted by name; one is the
-	// default.
+	// default. Every request resolves its image with it: it must be cheap.
 	Images() []run.ImageStats
+	// PoolsByImage are the warm pools of the images, by name.
+	PoolsByImage() map[string]run.PoolStats
 	Seccomp() *specs.LinuxSeccomp
 	PoolStats() run.PoolStats
 	CgroupMode() string
@@ -77,6 +80,9 @@ type Server struct {
 	metrics  *metrics.Metrics
 	imgCfg   atomic.Pointer[config.Config] // images' default limits (SetImages)
 	reload   atomic.Pointer[reloadState]
+	draining atomic.Bool // Drain: the daemon is stopping
+	// tlsRefused counts the TLS listener's refused handshakes.
+	tlsRefused atomic.Uint64
 
 	adminMu    sync.Mutex
 	adminCache map[groupKey]adminEntry
@@ -157,6 +163,7 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 			}
 			return out
 		},
+		TLSRefused: func() uint64 { return s.tlsRefused.Load() },
 		Reload: func() (bool, time.Time) {
 			r := s.reload.Load()
 			return r.ok, r.at
@@ -324,6 +331,7 @@ func (s *Server) routes() []route {
 		{http.MethodPost, "/v1/format", s.format},
 		{http.MethodGet, "/v1/info", s.info},
 		{http.MethodGet, "/v1/health", s.health},
+		{http.MethodGet, "/v1/ready", s.ready},
 		{http.MethodGet, "/v1/openapi.json", s.openapi},
 		{http.MethodGet, "/metrics", func(w http.ResponseWriter, r *http.Request) error {
 			prom.ServeHTTP(w, r)
@@ -508,6 +516,45 @@ func decodeError(err error, limit int64) error {
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) error {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	return nil
+}
+
+// Drain marks the daemon as stopping: /v1/ready answers 503 and new runs
+// and sessions are refused (503), while the runs in progress finish.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// admit is admission for a run or a session's jail, refused while the
+// daemon drains.
+func (s *Server) admit(ctx context.Context, who admission.Caller) (func(), error) {
+	if s.draining.Load() {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon is stopping; send the request to another host, or retry when it is back")
+	}
+	return s.adm.Admit(ctx, who)
+}
+
+// ready answers whether a run sent now could be admitted: 503 while the
+// daemon drains, when it has no default image, or when every run slot
+// and queue place is taken; a load balancer sends work elsewhere then.
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) error {
+	reason := ""
+	hasDefault := false
+	for _, im := range s.engine.Images() {
+		hasDefault = hasDefault || im.Default
+	}
+	running, queued := s.adm.Usage()
+	switch {
+	case s.draining.Load():
+		reason = "draining: the daemon is stopping"
+	case !hasDefault:
+		reason = "no image is mounted"
+	case running >= s.cfg.MaxConcurrent() && queued >= s.cfg.Admission.QueueSize:
+		reason = fmt.Sprintf("full: %d runs in progress and %d queued", running, queued)
+	}
+	if reason != "" {
+		writeJSON(w, http.StatusServiceUnavailable, api.Ready{Ready: false, Reason: reason})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, api.Ready{Ready: true})
 	return nil
 }
 

@@ -124,7 +124,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Creating a jail holds a run slot and counts against the caller's
 	// rate and quota, as a run does.
-	release, err := s.adm.Admit(r.Context(), who)
+	release, err := s.admit(r.Context(), who)
 	s.setQuotaHeader(w, who)
 	if err != nil {
 		res.Release()
@@ -162,7 +162,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		_, _ = s.sessions.Delete(info.ID, sessions.Caller{UID: who.UID, Admin: who.Admin})
 		return fail(errdefs.New(errdefs.ErrUnavailable, "client went away while the session was made; it was ended"))
 	}
-	s.log.Info("audit", "op", "session_create", "uid", who.UID, "pid", who.PID, "admin", who.Admin,
+	s.log.Info("audit", "op", "session_create", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"session_id", info.ID, "image", im.Name, "warm", h.Warm(), "memory_mb", limits.MemoryBytes>>20, "pids", limits.Pids,
 		"idle_timeout_s", int64(idle/time.Second), "ttl_s", int64(ttl/time.Second), "network", meta.network)
 	writeJSON(w, http.StatusCreated, sessionWire(info))
@@ -276,7 +276,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 			live.begin(w, format, api.EventStartData{RunID: id, Warm: warm})
 		}
 	}
-	release, err := s.adm.Admit(ctx, who)
+	release, err := s.admit(ctx, who)
 	s.setQuotaHeader(w, who)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -460,7 +460,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "session_delete", err)
 		return err
 	}
-	s.log.Info("audit", "op", "session_delete", "uid", who.UID, "pid", who.PID, "admin", who.Admin, "session_id", id, "calls", info.Calls)
+	s.log.Info("audit", "op", "session_delete", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin, "session_id", id, "calls", info.Calls)
 	writeJSON(w, http.StatusOK, sessionWire(info))
 	return nil
 }
@@ -480,7 +480,7 @@ func (s *Server) interruptSession(w http.ResponseWriter, r *http.Request) error 
 		s.audit.refused(who, "session_interrupt", err)
 		return err
 	}
-	s.log.Info("audit", "op", "session_interrupt", "uid", who.UID, "pid", who.PID, "session_id", id, "interrupted", ok)
+	s.log.Info("audit", "op", "session_interrupt", "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", id, "interrupted", ok)
 	writeJSON(w, http.StatusOK, api.SessionInterruptResponse{Interrupted: ok, Session: sessionWire(info)})
 	return nil
 }

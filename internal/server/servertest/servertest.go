@@ -37,6 +37,9 @@ type Engine struct {
 	// ImagesValue, when set, is what Images reports; else the images
 	// "test" (the default, with ruff) and "test-small" (without).
 	ImagesValue []run.ImageStats
+	// PoolsValue, when set, is what PoolsByImage reports; else an empty
+	// pool for each image.
+	PoolsValue map[string]run.PoolStats
 
 	mu       sync.Mutex
 	requests []*run.Request
@@ -96,6 +99,21 @@ func (e *Engine) Seccomp() *specs.LinuxSeccomp {
 
 // PoolStats reports an empty pool.
 func (e *Engine) PoolStats() run.PoolStats { return run.PoolStats{} }
+
+// PoolsByImage reports an empty pool for each image.
+func (e *Engine) PoolsByImage() map[string]run.PoolStats {
+	e.mu.Lock()
+	v := e.PoolsValue
+	e.mu.Unlock()
+	if v != nil {
+		return v
+	}
+	out := map[string]run.PoolStats{}
+	for _, im := range e.Images() {
+		out[im.Name] = run.PoolStats{}
+	}
+	return out
+}
 
 // CgroupMode reports v2.
 func (e *Engine) CgroupMode() string { return "v2" }

@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jaild/jaild/internal/admission"
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/tlsauth"
+)
+
+// TLSServer is the HTTP server of the TCP listener: the API of the
+// socket, each request served as the client its certificate maps to
+// (tlsauth). Serve it on a listener of tls.NewListener with
+// auth.TLSConfig(): the handshake refuses every certificate that maps to
+// no client, before any HTTP; a client removed from the configuration
+// since its connection's handshake is refused at its next request.
+func (s *Server) TLSServer(auth *tlsauth.Auth) *http.Server {
+	h := s.Handler()
+	return &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, err := auth.Authorize(r.TLS)
+			if err != nil {
+				s.writeError(w, r, errdefs.New(errdefs.ErrForbidden, "%v", err))
+				return
+			}
+			lim := id.Limits
+			who := admission.Caller{UID: id.UID, PID: -1, Admin: id.Admin, Client: id.Name, Limits: &lim,
+				Network: s.cfg.Network.Enabled && (id.Admin || id.Network)}
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, who)))
+		}),
+		// The handshake is bounded by the first of these (a client that
+		// opens a connection and sends nothing holds it 10 s at most).
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.cfg.ReadTimeout.Duration,
+		IdleTimeout:       s.cfg.IdleTimeout.Duration,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(&handshakeLog{s: s}, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+	}
+}
+
+// handshakeLog takes the TLS server's error log: refused handshakes (no or
+// a foreign certificate, an unknown client, TLS 1.2, plain HTTP, a
+// timeout) are counted (jaild_tls_handshake_failures_total) and logged at
+// most once a minute, with how many there were since, so that a flood
+// cannot fill the journal; other lines are logged as warnings.
+type handshakeLog struct {
+	s *Server
+
+	mu     sync.Mutex
+	last   time.Time
+	silent int
+}
+
+func (l *handshakeLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if !strings.Contains(msg, "TLS handshake error") {
+		l.s.log.Warn("tls listener", "err", msg)
+		return len(p), nil
+	}
+	l.s.tlsRefused.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); now.Sub(l.last) >= time.Minute {
+		l.s.log.Info("tls listener: handshake refused", "err", msg, "refused_since_last_line", l.silent)
+		l.last, l.silent = now, 0
+	} else {
+		l.silent++
+	}
+	return len(p), nil
+}
