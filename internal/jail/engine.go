@@ -135,6 +135,13 @@ func New(cfg Config) (_ *Engine, retErr error) {
 		log:      cfg.Logger,
 		stateDir: filepath.Join(cfg.RunDir, "state"),
 		runsDir:  filepath.Join(cfg.RunDir, "runs"),
+		slots:    slots{dir: HostIDLockDir, base: cfg.HostIDBase},
+	}
+	e.slots.foreign = func(id uint64) {
+		e.log.Warn("another jaild on this host uses host ids of this daemon's range (its jails' ids are skipped); give each daemon its own host_id_base, 67108864 apart", "host_id", id, "host_id_base", cfg.HostIDBase)
+	}
+	if err := os.MkdirAll(HostIDLockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("host id locks: %w", err)
 	}
 	if e.log == nil {
 		e.log = slog.Default()

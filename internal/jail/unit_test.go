@@ -2,6 +2,9 @@ package jail
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +21,7 @@ func TestHostIDSpan(t *testing.T) {
 }
 
 func TestSlots(t *testing.T) {
-	var s slots
+	s := slots{dir: t.TempDir(), base: 1}
 	for want := range 3 {
 		if got, err := s.get(); err != nil || got != want {
 			t.Fatalf("get = %d, %v; want %d", got, err, want)
@@ -35,6 +38,45 @@ func TestSlots(t *testing.T) {
 	}
 	if got, err := s.get(); !errors.Is(err, errNoSlot) {
 		t.Fatalf("get with every slot used = %d, %v; want errNoSlot", got, err)
+	}
+}
+
+// Two engines whose host id ranges overlap (the same host_id_base, or one
+// shifted by a few slots) never hold the same host ids at once: a slot
+// another holds is skipped, and free again once it is put back.
+func TestSlotsAcrossEngines(t *testing.T) {
+	dir := t.TempDir()
+	a := slots{dir: dir, base: 1000}
+	b := slots{dir: dir, base: 1000}
+	c := slots{dir: dir, base: 1000 + 2*idMapSize} // its slot 0 is a's slot 2
+	got := func(s *slots) int {
+		t.Helper()
+		i, err := s.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	if a0, b0 := got(&a), got(&b); a0 != 0 || b0 != 1 {
+		t.Fatalf("a took %d, b %d; want 0 and 1", a0, b0)
+	}
+	if a1 := got(&a); a1 != 2 {
+		t.Fatalf("a's second slot %d, want 2 (b holds 1)", a1)
+	}
+	if c0 := got(&c); c0 != 1 { // ids of a's slot 3: c's slot 0 is a's 2, held
+		t.Fatalf("c took %d, want 1 (its 0 is a's 2)", c0)
+	}
+	a.put(2)
+	if c1 := got(&c); c1 != 0 {
+		t.Fatalf("after a put its slot 2 back, c took %d, want 0", c1)
+	}
+	b.put(1)
+	if a2 := got(&a); a2 != 1 {
+		t.Fatalf("after b put its slot 1 back, a took %d, want 1", a2)
+	}
+	// Lock files are named by their first host id and stay.
+	if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(1000+2*idMapSize))); err != nil {
+		t.Error(err)
 	}
 }
 
