@@ -15,6 +15,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
 )
 
 const testIDBase = 1_300_000_000
@@ -246,5 +247,51 @@ func TestWarmPoolDaemon(t *testing.T) {
 		if r.Status != "error" || r.Stdout != c.stdout || r.Error == nil || r.Error.Type != "ValueError" || *r.Error.Line != c.line || !r.Usage.Warm {
 			t.Errorf("warm run %d: %+v", i, r)
 		}
+	}
+}
+
+// Two daemons given the same host_id_base (here the shared daemon and
+// another) never hand out the same host ids at once: while a run of each
+// lives, their processes' host uids are in different ranges, and the
+// daemon that found a range taken says so in its log.
+func TestSharedHostIDBase(t *testing.T) {
+	d, err := startDaemon("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	// The shared daemon starts its run first, so it takes the lowest range.
+	done := make(chan struct{}, 2)
+	for _, dm := range []*daemon{shared, d} {
+		go func() {
+			dm.call(t, "POST", "/v1/execute", `{"code":"import time\ntime.sleep(3)"}`, nil)
+			done <- struct{}{}
+		}()
+		waitFor(t, 20*time.Second, "the run to start", func() bool {
+			cg, err := cgroupsOf(dm)
+			return err == nil && len(cg.live()) == 1
+		})
+	}
+	ranges := map[uint64]int{} // the first id of each range: its processes
+	for _, pid := range jailPids() {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				uid, _ := strconv.ParseUint(f[1], 10, 32)
+				ranges[testIDBase+(uid-testIDBase)/uint64(jail.IDsPerJail)*uint64(jail.IDsPerJail)]++
+			}
+		}
+	}
+	<-done
+	<-done
+	if len(ranges) != 2 {
+		t.Errorf("the two daemons' runs hold host id ranges %v, want two different ones", ranges)
+	}
+	if !strings.Contains(d.log.String(), "another jaild on this host uses host ids") {
+		t.Errorf("the second daemon did not say it skipped the shared daemon's range:\n%s", d.log.String())
 	}
 }
