@@ -32,8 +32,9 @@ APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap s
 # The Debian package and the systemd + cgroup v2 test VM.
 VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 # What test-host needs besides: Debian's Chromium, which tests/web_test.go
-# drives (playwright-core) through the web playground.
-TEST_PACKAGES := chromium
+# drives (playwright-core) through the web playground, and HAProxy, the load
+# balancer in front of tests/fleet_test.go's three daemons.
+TEST_PACKAGES := chromium haproxy
 
 .PHONY: help deps vm-deps test-deps web build rootfs rootfs-images groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
@@ -62,7 +63,7 @@ vm-deps: deps ## install what make deb and make vm-test need (root; Debian/Ubunt
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-test-deps: deps ## install what make test-host needs besides deps: Chromium for the playground's browser test (root; Debian/Ubuntu)
+test-deps: deps ## install what make test-host needs besides deps: Chromium for the playground's browser test, HAProxy for the fleet test (root; Debian/Ubuntu)
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -293,5 +295,42 @@ func TestSharedHostIDBase(t *testing.T) {
 	}
 	if !strings.Contains(d.log.String(), "another jaild on this host uses host ids") {
 		t.Errorf("the second daemon did not say it skipped the shared daemon's range:\n%s", d.log.String())
+	}
+}
+
+// A daemon started where no cgroup hierarchy is mounted (`ip netns exec`
+// mounts a fresh /sys without /sys/fs/cgroup's hierarchies) refuses to
+// start, naming what is missing, instead of saying it is ready and failing
+// every run.
+func TestNoCgroupsRefusesStart(t *testing.T) {
+	ns := fmt.Sprintf("jdnocg-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	defer exec.Command("ip", "netns", "delete", ns).Run()
+	d, err := newTunedDaemon("", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(d.dir)
+	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "jaild"), "--config", filepath.Join(d.dir, "jaild.toml"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "no cgroup hierarchy for jails") {
+			t.Errorf("jaild without cgroups: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("jaild without cgroups did not exit:\n%s", out.String())
+	}
+	if _, err := os.Stat(d.socket); err == nil {
+		t.Error("it made its socket")
 	}
 }

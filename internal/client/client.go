@@ -75,6 +75,12 @@ func New(socketPath string) *Client {
 	})
 }
 
+// CloseIdleConnections closes the client's idle keep-alive connections.
+// Behind a load balancer in TCP mode a host is chosen per connection: a
+// long-lived client that calls this now and then (or makes a new Client)
+// spreads over the hosts, and reaches one that came back or was added.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 // dialTimeout bounds a connection's dial, and separately its TLS
 // handshake.
 const dialTimeout = 10 * time.Second

@@ -146,6 +146,9 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	if err := checkCgroups(); err != nil {
+		return nil, err
+	}
 	prof, err := seccomp.Load(cfg.SeccompProfile)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile: %w", err)
@@ -568,3 +571,20 @@ func (e *Engine) Leftovers() []string {
 
 // HostIDBase is the first host id of the jails' ranges (Config.HostIDBase).
 func (e *Engine) HostIDBase() uint32 { return e.cfg.HostIDBase }
+
+// checkCgroups fails closed without the cgroups jails need: a cgroup v2
+// hierarchy at /sys/fs/cgroup, or cgroup v1 hierarchies of the memory and
+// pids controllers (a daemon started where none is mounted, such as under
+// `ip netns exec`, which mounts a fresh /sys, would otherwise say it is
+// ready and fail every run).
+func checkCgroups() error {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return nil
+	}
+	for _, ss := range []string{"memory", "pids"} {
+		if _, err := cgroups.FindCgroupMountpoint("", ss); err != nil {
+			return fmt.Errorf("no cgroup hierarchy for jails: neither cgroup v2 at /sys/fs/cgroup nor a cgroup v1 %s hierarchy is mounted (jails need the memory and pids controllers; is /sys/fs/cgroup mounted in this mount namespace?)", ss)
+		}
+	}
+	return nil
+}

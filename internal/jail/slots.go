@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/jaild/jaild/internal/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/errdefs"
 )
 
 // MaxJails bounds the jails that exist at once (running, warm or being
