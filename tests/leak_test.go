@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	jaillib "github.com/jaild/jaild/internal/jail"
 )
 
 // Slack for measurements that are noisy by nature.
@@ -319,6 +320,12 @@ func daemonOtherFds(pid int) []string {
 		jail[p] = true
 		for _, target := range fdLinks(p) {
 			held[target] = true
+		}
+		// The daemon's lock on the jail's host id range
+		// (/run/jaild-ids/<first id>) is the jail's too.
+		if uid := procUID(p); inJailRange(uid) {
+			first := testIDBase + (uid-testIDBase)/uint64(jaillib.IDsPerJail)*uint64(jaillib.IDsPerJail)
+			held[filepath.Join(jaillib.HostIDLockDir, strconv.FormatUint(first, 10))] = true
 		}
 	}
 	var other []string
@@ -659,4 +666,16 @@ func diff(base, cur []string) string {
 	sort.Strings(added)
 	sort.Strings(removed)
 	return fmt.Sprintf("new %v, gone %v", added, removed)
+}
+
+// procUID is a process's real uid (0 when it is gone).
+func procUID(pid int) uint64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			uid, _ := strconv.ParseUint(f[1], 10, 32)
+			return uid
+		}
+	}
+	return 0
 }
