@@ -752,14 +752,13 @@ func runStreamAlternating(t *testing.T, h *hostile) string {
 		t.Errorf("status %q, stdout_truncated %v, %d bytes of stdout and %d of stderr (want each exactly the first %d records, in order)",
 			r.Status, r.StdoutTruncated, len(r.Stdout), len(r.Stderr), n)
 	}
-	// The queue holds at most the two caps; once a run has made
-	// maxSegments segments (tiny alternating writes do), a stream's
-	// chunks join one slice grown by append (capacity up to 1.25 x its
-	// bytes, the old copies garbage), and the runtime's heap may reach
-	// twice what is live before it collects; the read-out's events make
-	// garbage too. (Measured: 2.5-2.8 x the two caps while the reader
-	// pauses, about the same at the peak; TestStreamSlowReader, one
-	// stream written in lines, measures 1.3 x while paused.)
+	// The queue holds at most the two caps (past maxSegments, in
+	// segments of maxEventText allocated whole: about the bytes it
+	// holds); the response's collector holds the two caps again; the
+	// runtime's heap may reach twice what is live before it collects,
+	// and the read-out's events make garbage too. (Once a stream's
+	// chunks joined one slice grown by append, which allocated 5 x the
+	// bytes and grew RSS by 2.5-4.4 x the two caps.)
 	if grew := peak.Load() - base; grew >= 4*2*outputCap {
 		t.Errorf("daemon RSS grew by %d MiB (from %d MiB), want under 4 x the two caps (%d MiB)", grew>>20, base>>20, 4*2*outputCap>>20)
 	} else {

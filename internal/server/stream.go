@@ -179,13 +179,22 @@ func (l *liveStream) output(stream int, p []byte) {
 	switch {
 	case n > 0 && l.queue[n-1].stream == stream && len(l.queue[n-1].data)+len(p) <= maxEventText:
 		l.queue[n-1].data = appendChunk(l.queue[n-1].data, p)
-	case n >= maxSegments && l.lastOf(stream) >= 0:
+	case n >= maxSegments:
 		// A run that alternates tiny writes to both streams would make a
 		// segment of each: past maxSegments, a chunk joins its stream's
-		// last segment. The two streams are two pipes, whose relative
-		// order was never exact; each stream's own order is kept.
-		i := l.lastOf(stream)
-		l.queue[i].data = append(l.queue[i].data, p...)
+		// last segment while that has room, and a new segment is made
+		// full-sized, so that the queue past maxSegments holds segments
+		// of about maxEventText and allocates about the bytes it holds
+		// (one slice grown by append would leave garbage several times
+		// the cap). The two streams are two pipes, whose relative order
+		// was never exact; each stream's own order is kept.
+		if i := l.lastOf(stream); i >= 0 && len(l.queue[i].data)+len(p) <= cap(l.queue[i].data) {
+			l.queue[i].data = append(l.queue[i].data, p...)
+			break
+		}
+		data := make([]byte, len(p), max(len(p), maxEventText))
+		copy(data, p)
+		l.queue = append(l.queue, segment{stream, data})
 	default:
 		l.queue = append(l.queue, segment{stream, append([]byte(nil), p...)})
 	}

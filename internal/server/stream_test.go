@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -204,26 +205,52 @@ func TestStreamFormat(t *testing.T) {
 	}
 }
 
-// A run alternating tiny writes to its two streams queues at most
-// maxSegments chunks, each stream's bytes in order.
+// A run alternating tiny writes to its two streams queues about its bytes:
+// past maxSegments, segments of about maxEventText each, each stream's
+// bytes in order, and the queue allocates little more than it holds.
 func TestLiveStreamQueueBounded(t *testing.T) {
+	const perStream = 4 << 20
 	l := newLiveStream(httptest.NewRecorder(), false, func() {})
-	var want [3]strings.Builder
-	for i := range 100000 {
-		b := []byte{byte('a' + i%26)}
-		l.output(1+i%2, b)
-		want[1+i%2].Write(b)
+	var want [3]bytes.Buffer
+	want[1].Grow(perStream)
+	want[2].Grow(perStream)
+	var rec [8]byte
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 2 * perStream / len(rec) {
+		v := i / 2 // "%07d\n" without allocating
+		for d := 6; d >= 0; d-- {
+			rec[d] = byte('0' + v%10)
+			v /= 10
+		}
+		rec[7] = '\n'
+		l.output(1+i%2, rec[:])
+		want[1+i%2].Write(rec[:])
 	}
-	if len(l.queue) > maxSegments+1 {
-		t.Fatalf("%d segments queued", len(l.queue))
+	runtime.ReadMemStats(&after)
+	if n, bound := len(l.queue), maxSegments+2*(perStream/maxEventText+1); n > bound {
+		t.Errorf("%d segments queued, want at most %d", n, bound)
 	}
-	var got [3]strings.Builder
+	held := 0
+	var got [3]bytes.Buffer
 	for _, seg := range l.queue {
 		got[seg.stream].Write(seg.data)
+		held += cap(seg.data)
 	}
 	for s := 1; s <= 2; s++ {
-		if got[s].String() != want[s].String() {
-			t.Errorf("stream %d out of order", s)
+		if !bytes.Equal(got[s].Bytes(), want[s].Bytes()) {
+			t.Errorf("stream %d: %d bytes queued, out of order or lost", s, got[s].Len())
 		}
+	}
+	// Held: the bytes, the first maxSegments tiny segments' rounding,
+	// and the last segment of each stream not yet full.
+	if bound := 2*perStream + maxSegments*16 + 2*maxEventText; held > bound {
+		t.Errorf("the queue holds %d bytes of capacity for %d bytes, want at most %d", held, 2*perStream, bound)
+	}
+	// Allocated while queueing (the want buffers were grown before):
+	// the segments' bytes and the queue's slice of segment headers.
+	if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(2*perStream)*5/4; alloc > bound {
+		t.Errorf("queueing %d bytes allocated %d, want at most %d", 2*perStream, alloc, bound)
 	}
 }
