@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/jail"
@@ -332,5 +334,42 @@ func TestNoCgroupsRefusesStart(t *testing.T) {
 	}
 	if _, err := os.Stat(d.socket); err == nil {
 		t.Error("it made its socket")
+	}
+}
+
+// The daemon runs from a sealed copy of its binary (a memfd with its
+// write, grow, shrink and seal seals, so libcontainer starts each jail
+// from it as it is, with no copy per jail), and neither the copy nor the
+// binary on disk can be opened for writing through /proc/<pid>/exe.
+func TestSealedBinary(t *testing.T) {
+	d, err := startDaemon("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.stop()
+	exe := fmt.Sprintf("/proc/%d/exe", d.cmd.Process.Pid)
+	target, err := os.Readlink(exe)
+	if err != nil || !strings.HasPrefix(target, "/memfd:") {
+		t.Fatalf("%s -> %q (%v), want a memfd", exe, target, err)
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
+	const want = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if err != nil || seals&want != want {
+		t.Errorf("%s: seals %#x (%v), want %#x at least", exe, seals, err, want)
+	}
+	if w, err := os.OpenFile(exe, os.O_WRONLY, 0); err == nil {
+		w.Close()
+		t.Errorf("%s opened for writing", exe)
+	}
+	// It still serves: a jail starts from the sealed copy.
+	var r api.ExecuteResponse
+	d.call(t, "POST", "/v1/execute", `{"code":"print(6 * 7)"}`, &r)
+	if r.Status != "ok" || r.Stdout != "42\n" {
+		t.Errorf("run: %+v", r)
 	}
 }

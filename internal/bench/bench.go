@@ -32,6 +32,9 @@ type Config struct {
 	Profile  string // seccomp profile
 	Iter     int    // sequential runs per latency measurement
 	PoolSize int    // warm jails kept by the warm daemon
+	// Quick limits the run to print(1): its latency, back to back, and
+	// its CPU per run (for comparing two builds quickly).
+	Quick bool
 	// Images are the images to time print(1) in, by name (each a
 	// directory like ImageDir); none: the per-image table is left out.
 	Images map[string]string
@@ -73,6 +76,7 @@ type Report struct {
 	Iterations     int          `json:"iterations"`
 	Latency        []Row        `json:"latency"`
 	Throughput     []Throughput `json:"throughput"`
+	CPU            CPUs         `json:"cpu_per_run"`
 	DaemonRSSBytes uint64       `json:"daemon_rss_bytes"`
 	// WarmJailBytes is the memory charged to each idle warm jail's cgroup,
 	// smallest first: plain jails, then preloaded ones.
@@ -152,6 +156,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	warm.waitReady(ctx)
 
 	for _, w := range workloads() {
+		if cfg.Quick && w.Name != "print(1)" {
+			continue
+		}
 		fmt.Fprintf(log, "latency: %s\n", w.Name)
 		row := Row{Workload: w.Name}
 		if w.Code != "" {
@@ -172,6 +179,37 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		rep.Latency = append(rep.Latency, row)
 	}
 	print1 := workloads()[0]
+	// Back to back: one client, the next request as soon as the last
+	// answered, the warm pool refilling as it can (the latency rows
+	// above wait for a full pool before each warm request).
+	fmt.Fprintln(log, "latency: print(1) back to back")
+	b2b := Row{Workload: "print(1) back to back"}
+	bareB2B, err := measure(cfg.Iter, func() error { return bare.python(print1.Code) })
+	if err != nil {
+		return nil, fmt.Errorf("bare back to back: %w", err)
+	}
+	b2b.Bare = &bareB2B
+	if b2b.Cold, err = measure(cfg.Iter, func() error { return cold.call(print1) }); err != nil {
+		return nil, fmt.Errorf("cold back to back: %w", err)
+	}
+	warm.waitReady(ctx)
+	if b2b.Warm, err = measure(cfg.Iter, func() error { return warm.call(print1) }); err != nil {
+		return nil, fmt.Errorf("warm back to back: %w", err)
+	}
+	rep.Latency = append(rep.Latency, b2b)
+	fmt.Fprintln(log, "CPU per run: print(1)")
+	if rep.CPU.Bare, err = measureCPU(ctx, 2*cfg.Iter, bare, nil); err != nil {
+		return nil, fmt.Errorf("CPU, bare: %w", err)
+	}
+	if rep.CPU.Cold, err = measureCPU(ctx, 2*cfg.Iter, nil, cold); err != nil {
+		return nil, fmt.Errorf("CPU, cold: %w", err)
+	}
+	if rep.CPU.Warm, err = measureCPU(ctx, 2*cfg.Iter, nil, warm); err != nil {
+		return nil, fmt.Errorf("CPU, warm: %w", err)
+	}
+	if cfg.Quick {
+		return rep, nil
+	}
 	for _, c := range []int{1, 2, 8, 32} {
 		fmt.Fprintf(log, "throughput: concurrency %d\n", c)
 		n := max(4*c, 24)

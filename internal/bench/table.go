@@ -23,6 +23,10 @@ func (r *Report) Table() string {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s |\n", row.Workload, bare, stat(row.Cold), ratio(row.Cold), stat(row.Warm), ratio(row.Warm))
 	}
+	r.cpuTable(&b)
+	if len(r.Throughput) == 0 { // a quick run
+		return b.String()
+	}
 	b.WriteString("\nThroughput of `print(1)` (runs/s; ×: ratio to bare python3 at the same concurrency):\n\n")
 	b.WriteString("| concurrency | bare python3 | jaild cold | jaild warm |\n| --- | --- | --- | --- |\n")
 	for _, t := range r.Throughput {
@@ -47,6 +51,20 @@ func (r *Report) Table() string {
 		}
 	}
 	return b.String()
+}
+
+func (r *Report) cpuTable(b *strings.Builder) {
+	c := r.CPU
+	fmt.Fprintf(b, "\nCPU per `print(1)` run (ms of user+system time; %d runs back to back in each mode, until the daemon is at rest again; "+
+		"starter: the benchmark's fork and exec for bare python3, the daemon for jaild; started: python3, or each jail's processes, "+
+		"counted when reaped; rest: the kernel's threads and everything else on the machine):\n\n", c.Bare.Runs)
+	b.WriteString("| mode | total | beyond bare python3 | starter | started | client | rest |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, m := range []struct {
+		name string
+		c    CPU
+	}{{"bare python3", c.Bare}, {"jaild cold", c.Cold}, {"jaild warm", c.Warm}} {
+		fmt.Fprintf(b, "| %s | %.1f | %+.1f | %.1f | %.1f | %.1f | %.1f |\n", m.name, m.c.Total, m.c.Total-c.Bare.Total, m.c.Starter, m.c.Started, m.c.Client, m.c.Rest)
+	}
 }
 
 func (f Files) table(b *strings.Builder) {

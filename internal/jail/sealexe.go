@@ -1,0 +1,60 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/opencontainers/runc/libcontainer/exeseal"
+	"golang.org/x/sys/unix"
+)
+
+// SealExe re-executes the daemon from a sealed copy of its own binary, once,
+// at start, so that jails start from it as they are.
+//
+// A jail's first process is the daemon's binary (`/proc/self/exe init`),
+// and a jail must never reach the host's binary through it (CVE-2019-5736:
+// a process that can open /proc/<pid>/exe of one of ours for writing could
+// replace jaild). libcontainer therefore executes each jail's init from a
+// sealed copy: a memfd with its write, grow and shrink seals, or, where it
+// can, a private read-only overlayfs mount of the binary's directory made
+// for that one start, unless the running binary already is such a memfd.
+// Copying once here makes every start skip its own (a new overlayfs
+// superblock per jail, created and torn down). The copy (the binary's size,
+// in memory the daemon's cgroup is charged for) lives as long as the
+// daemon; the same pid, fds and environment carry on, so socket activation
+// and sd_notify are unaffected.
+//
+// Call it right after Init, on the main thread, before any file descriptor
+// is opened or consumed. It returns nil at once in the re-executed process
+// (and where the binary is already sealed); otherwise it does not return
+// unless it fails.
+func SealExe() error {
+	if os.Geteuid() != 0 || exeseal.IsSelfExeCloned() {
+		return nil // not root: the daemon refuses to start and says why
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("seal the binary: %w", err)
+	}
+	fi, err := self.Stat()
+	if err != nil {
+		self.Close()
+		return fmt.Errorf("seal the binary: %w", err)
+	}
+	sealed, err := exeseal.CloneBinary(self, fi.Size(), "jaild", os.TempDir())
+	self.Close()
+	if err != nil {
+		return fmt.Errorf("seal the binary: %w", err)
+	}
+	if !exeseal.IsCloned(sealed) {
+		// Not a memfd (no memfd_create): libcontainer would not take it
+		// as sealed, and would copy at every start anyway.
+		sealed.Close()
+		return nil
+	}
+	// The descriptor is close-on-exec: the kernel has the file open by the
+	// time it closes it, and the new image maps it.
+	path := "/proc/self/fd/" + strconv.Itoa(int(sealed.Fd()))
+	return fmt.Errorf("seal the binary: re-execute: %w", unix.Exec(path, os.Args, os.Environ()))
+}
