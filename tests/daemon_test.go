@@ -340,7 +340,8 @@ func TestNoCgroupsRefusesStart(t *testing.T) {
 // The daemon runs from a sealed copy of its binary (a memfd with its
 // write, grow, shrink and seal seals, so libcontainer starts each jail
 // from it as it is, with no copy per jail), and neither the copy nor the
-// binary on disk can be opened for writing through /proc/<pid>/exe.
+// binary on disk can be opened for writing through /proc/<pid>/exe; its
+// threads keep the binary's name.
 func TestSealedBinary(t *testing.T) {
 	d, err := startDaemon("", "")
 	if err != nil {
@@ -371,5 +372,17 @@ func TestSealedBinary(t *testing.T) {
 	d.call(t, "POST", "/v1/execute", `{"code":"print(6 * 7)"}`, &r)
 	if r.Status != "ok" || r.Stdout != "42\n" {
 		t.Errorf("run: %+v", r)
+	}
+	// Every thread is named after the binary, not the /proc/self/fd/N
+	// path it was executed by.
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.cmd.Process.Pid))
+	if err != nil || len(tasks) < 2 {
+		t.Fatalf("threads: %v (%d)", err, len(tasks))
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", d.cmd.Process.Pid, task.Name()))
+		if err == nil && string(b) != "jaild\n" {
+			t.Errorf("thread %s is named %q, want jaild", task.Name(), b)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package jail
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/opencontainers/runc/libcontainer/exeseal"
@@ -30,8 +31,16 @@ import (
 // (and where the binary is already sealed); otherwise it does not return
 // unless it fails.
 func SealExe() error {
-	if os.Geteuid() != 0 || exeseal.IsSelfExeCloned() {
-		return nil // not root: the daemon refuses to start and says why
+	if os.Geteuid() != 0 {
+		return nil // the daemon refuses to start and says why
+	}
+	if exeseal.IsSelfExeCloned() {
+		// The kernel named the process after the path it was executed
+		// by, "/proc/self/fd/N": give it, and each thread the Go runtime
+		// has made so far, its own name back (ps, top, pkill jaild);
+		// threads made from then on inherit it.
+		renameThreads(comm(os.Args[0]))
+		return nil
 	}
 	self, err := os.Open("/proc/self/exe")
 	if err != nil {
@@ -57,4 +66,38 @@ func SealExe() error {
 	// time it closes it, and the new image maps it.
 	path := "/proc/self/fd/" + strconv.Itoa(int(sealed.Fd()))
 	return fmt.Errorf("seal the binary: re-execute: %w", unix.Exec(path, os.Args, os.Environ()))
+}
+
+// comm is the process name for argv0: its base name, cut to the kernel's
+// 15 bytes.
+func comm(argv0 string) string {
+	name := filepath.Base(argv0)
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
+}
+
+// renameThreads sets the name of every thread of the process, again
+// until a pass finds none to rename (a thread made meanwhile by one not yet
+// renamed inherits the old name). It is best effort: a name is cosmetic.
+func renameThreads(name string) {
+	for range 5 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return
+		}
+		renamed := 0
+		for _, t := range tasks {
+			p := "/proc/self/task/" + t.Name() + "/comm"
+			if b, err := os.ReadFile(p); err == nil && string(b) != name+"\n" {
+				if os.WriteFile(p, []byte(name), 0) == nil {
+					renamed++
+				}
+			}
+		}
+		if renamed == 0 {
+			return
+		}
+	}
 }
