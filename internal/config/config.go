@@ -13,7 +13,6 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/allowlist"
+	"github.com/jaild/jaild/internal/lazyre"
 	"github.com/jaild/jaild/internal/rootfs"
 )
 
@@ -152,7 +152,7 @@ func TLSClientUID(name string) uint32 {
 	return TLSClientUIDBase | h.Sum32()&0x7fff_fffe // never 2^32-1 (the kernel's "no uid")
 }
 
-var tlsClientName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+var tlsClientName = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
 
 func (c *Config) validateTLS() error {
 	t := c.TLS
@@ -610,9 +610,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-var cgroupName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var cgroupName = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
-var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+var moduleName = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
 // Engine ceilings for limit values (jail.Limits has its own, higher ones).
 var ceilings = Limits{TimeoutMs: 24 * 3600 * 1000, MemoryMB: 65536, Pids: 4096, FileSizeMB: 16384, OutputBytes: 256 << 20}
@@ -766,7 +766,7 @@ func (f *Files) validate() error {
 	return errors.Join(errs...)
 }
 
-var ifPrefix = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,7}$`)
+var ifPrefix = lazyre.New(`^[A-Za-z][A-Za-z0-9-]{0,7}$`)
 
 // DNSServers resolves network.dns: the configured servers, or the
 // nameservers of /etc/resolv.conf (IPv4 only) when none are configured.

@@ -18,10 +18,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/lazyre"
 )
 
 // File names inside an image directory.
@@ -113,10 +114,10 @@ func ParseManifest(data []byte) (*Manifest, error) {
 
 // ImageName is the form of an image's name: a recipe directory of
 // rootfs/images, what requests name in their image field.
-var ImageName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var ImageName = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // runnerPath: the daemon imports the runner by name from its directory.
-var runnerPath = regexp.MustCompile(`^(/[A-Za-z0-9_.-]+)*/[A-Za-z_][A-Za-z0-9_]*\.py$`)
+var runnerPath = lazyre.New(`^(/[A-Za-z0-9_.-]+)*/[A-Za-z_][A-Za-z0-9_]*\.py$`)
 
 func validDigest(d string) bool {
 	h, ok := strings.CutPrefix(d, "sha256:")

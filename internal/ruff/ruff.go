@@ -7,11 +7,11 @@ package ruff
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/lazyre"
 )
 
 // Path is ruff in the image.
@@ -27,7 +27,7 @@ var (
 	DefaultIgnore = []string{"COM812", "CPY", "D100", "D203", "D213", "FBT", "RUF029"}
 )
 
-var ruleCode = regexp.MustCompile(`^(ALL|[A-Z]{1,4}[0-9]{0,4})$`)
+var ruleCode = lazyre.New(`^(ALL|[A-Z]{1,4}[0-9]{0,4})$`)
 
 // CheckRules validates the rule codes of the request field field ("select"
 // or "ignore"): each must be a code or prefix, so none can smuggle in an

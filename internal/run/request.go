@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/lazyre"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
 )
@@ -119,7 +119,7 @@ const (
 	MaxEnvValBytes  = 4096
 )
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // reservedEnv are set by the engine and cannot be overridden.
 var reservedEnv = map[string]bool{

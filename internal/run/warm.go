@@ -2,11 +2,11 @@ package run
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/lazyre"
 	"github.com/jaild/jaild/internal/pool"
 )
 
@@ -163,7 +163,7 @@ func importsAny(code string, tops map[string]bool) bool {
 
 // importRE matches an import or from statement at the start of a line or
 // after ; or : and captures the module list (for from, the one module).
-var importRE = regexp.MustCompile(`(?m)(?:^|[;:])[ \t]*(?:import|from)[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)`)
+var importRE = lazyre.New(`(?m)(?:^|[;:])[ \t]*(?:import|from)[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)`)
 
 // readyTimeout bounds how long a warm jail's runner may take to import
 // its modules.
