@@ -117,6 +117,11 @@ def main():
         "python_packages": python_distributions(args.python_packages),
         "wheels": wheels(args.requirements),
         "runner": "/opt/jaild/runner.py",
+        # What the runner of this build understands beyond code jobs (the
+        # daemon uses a feature only where an image's manifest lists it):
+        # exec, a job that executes a command in its place (lint and
+        # format in a warm jail).
+        "runner_features": ["exec"],
         "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -57,8 +58,12 @@ type Manifest struct {
 	PythonPackages map[string]string `json:"python_packages"`
 	Wheels         []Wheel           `json:"wheels,omitempty"` // installed from the recipe's wheelhouse
 	Runner         string            `json:"runner"`
-	Init           string            `json:"init"` // the jail's pid 1, which starts the runner
-	BuiltAt        string            `json:"built_at"`
+	// RunnerFeatures are what the runner understands beyond code jobs
+	// ("exec": it executes a command in its place); an older image lists
+	// none.
+	RunnerFeatures []string `json:"runner_features,omitempty"`
+	Init           string   `json:"init"` // the jail's pid 1, which starts the runner
+	BuiltAt        string   `json:"built_at"`
 }
 
 // Wheel is a package installed from a recipe's wheelhouse, pinned by its
@@ -68,6 +73,9 @@ type Wheel struct {
 	Version string   `json:"version"`
 	SHA256  []string `json:"sha256"`
 }
+
+// RunnerCan reports whether the image's runner has the feature.
+func (m *Manifest) RunnerCan(feature string) bool { return slices.Contains(m.RunnerFeatures, feature) }
 
 // HasPackage reports whether the image has the Debian package name.
 func (m *Manifest) HasPackage(name string) bool {

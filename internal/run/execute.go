@@ -37,13 +37,19 @@ func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Resu
 	var readers sync.WaitGroup
 	readers.Go(func() { stdout.Drain(p.stdoutR) })
 	readers.Go(func() { stderr.Drain(p.stderrR) })
+	// Python code, or a command (lint, format): in a jail of its own it
+	// is the jail's process; in a warm jail the runner executes it.
+	code := req.Command == nil
 	if p.recR != nil {
 		readers.Go(func() { records.Drain(p.recR) })
-		job := runner.EncodeJob(runner.Job{
+		job := runner.Job{
 			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
 			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: req.Env, Rlimits: req.Limits.RlimitsByName(),
-		})
-		go feed(p.jobW, job)
+		}
+		if !code {
+			job = runner.Job{Exec: req.Command, Filename: "main.py", Env: req.Env, Rlimits: req.Limits.RlimitsByName()}
+		}
+		go feed(p.jobW, runner.EncodeJob(job))
 	}
 	go feed(p.stdinW, req.Stdin)
 
@@ -91,14 +97,17 @@ wait:
 	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
 	if p.recR != nil {
 		recs := runner.ParseRecords(records.Buf, strings.Count(req.Code, "\n")+1)
-		res.Exception, res.ResultRepr = recs.Exception, recs.Result
 		// The jail's init (pid 1) cannot die by the signal that killed the
-		// runner; it exits 128+N and says N. Believe it only when both agree
-		// (user code could forge the record, but only about itself).
+		// runner (or the command it executed); it exits 128+N and says N.
+		// Believe it only when both agree (user code could forge the
+		// record, but only about itself).
 		if recs.Signal > 0 && res.Signal == 0 && res.ExitCode == 128+recs.Signal {
 			res.Signal, res.ExitCode = recs.Signal, -1
 		}
-		res.Figures = workspace.ReadFigures(filepath.Join(j.MetaHostDir(), "figures"))
+		if code {
+			res.Exception, res.ResultRepr = recs.Exception, recs.Result
+			res.Figures = workspace.ReadFigures(filepath.Join(j.MetaHostDir(), "figures"))
+		}
 	}
 	if len(req.ReturnFiles) > 0 {
 		files, err := collect(j, req.ReturnFiles, req.Hooks, s.log)

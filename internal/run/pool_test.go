@@ -255,3 +255,37 @@ func TestSessionFromWarmPool(t *testing.T) {
 		t.Fatalf("fresh interpreter in the warm jail: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
 	}
 }
+
+// A command (lint, format) takes a plain warm jail, whose runner executes
+// it in its place: it reads its stdin, holds fds 0-2 only, runs under the
+// request's limits and the filter with no signal ignored or blocked, and
+// its exit status is the run's; it matches the same command in a jail of
+// its own, and the preloaded jail is left for code.
+func TestJailWarmCommand(t *testing.T) {
+	e := newPoolEngineWith(t, PoolConfig{Size: 1, PlainSize: 1, Preimport: []string{"json"}})
+	cmd := []string{"/bin/sh", "-c", `cat; ulimit -n; grep -E "^Sig(Blk|Ign):" /proc/self/status; ls /proc/self/fd; ` +
+		`grep -c "^Seccomp:.2" /proc/self/status; echo "${JAILD_PREIMPORT-unset}" >&2; exit 3`}
+	with := func(r *Request) {
+		r.Code, r.Command, r.Stdin = "", cmd, []byte("code\n")
+		r.Limits.OpenFiles = 100
+	}
+	const stdout = "code\n100\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n1\n"
+	warm := runWarm(t, e, "", with)
+	if warm.Status != StatusError || warm.ExitCode != 3 || string(warm.Stdout) != stdout || string(warm.Stderr) != "unset\n" || warm.Exception != nil {
+		t.Errorf("warm: %s exit %d stdout %q stderr %q exception %v", warm.Status, warm.ExitCode, warm.Stdout, warm.Stderr, warm.Exception)
+	}
+	if s := e.PoolStats(); s.Ready != 1 {
+		t.Errorf("the preloaded jail was used: %+v", s)
+	}
+	// The same in a jail of its own (a timeout above the pool's).
+	req := &Request{Limits: jail.DefaultLimits()}
+	with(req)
+	req.Limits.Timeout = 2 * time.Minute
+	cold, err := e.Run(context.Background(), req)
+	if err != nil || cold.Warm {
+		t.Fatalf("cold: %v %v", cold, err)
+	}
+	if cold.Status != warm.Status || cold.ExitCode != warm.ExitCode || string(cold.Stdout) != string(warm.Stdout) || string(cold.Stderr) != string(warm.Stderr) {
+		t.Errorf("cold %s %d %q %q differs from warm", cold.Status, cold.ExitCode, cold.Stdout, cold.Stderr)
+	}
+}

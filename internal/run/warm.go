@@ -117,8 +117,22 @@ func (s *Service) createWarm(key pool.Key, stop <-chan struct{}) (pool.Item, err
 // takeWarm returns a ready warm jail that can serve req, or nil. Warm
 // jails have loopback only: a run with egress gets a jail made for it.
 func (s *Service) takeWarm(im *servedImage, req *Request) (*started, bool) {
-	if im.pool.Size+im.pool.PlainSize == 0 || req.Command != nil || req.Network != nil || !req.Limits.FitsUnder(s.cfg.Limits) {
+	if im.pool.Size+im.pool.PlainSize == 0 || req.Network != nil || !req.Limits.FitsUnder(s.cfg.Limits) {
 		return nil, false
+	}
+	if req.Command != nil {
+		// A command (lint, format) takes a plain jail, whose runner
+		// executes it (if the image's runner can: an image built before
+		// would take the job for code); a preloaded one is worth keeping
+		// for code.
+		if im.pool.PlainSize == 0 || !im.manifest.RunnerCan(runnerExec) {
+			return nil, false
+		}
+		it, _, ok := s.pool.Take(im.key(plain))
+		if !ok {
+			return nil, false
+		}
+		return it.(warmJail).started, true
 	}
 	for k := range req.Env {
 		if strings.HasPrefix(k, "PYTHON") { // read at interpreter start only
@@ -141,6 +155,9 @@ func (s *Service) takeWarm(im *servedImage, req *Request) (*started, bool) {
 	}
 	return it.(warmJail).started, true
 }
+
+// runnerExec is the runner feature of executing a command (runner.py).
+const runnerExec = "exec"
 
 // importsAny reports whether code has an import statement naming one of
 // the top-level packages in tops (import a.b as c, d / from a.b import c).

@@ -40,6 +40,10 @@ type Job struct {
 	Call       int     `json:"call,omitempty"`
 	Stdin      *string `json:"stdin,omitempty"`
 	CPUSeconds int     `json:"cpu_s,omitempty"`
+	// Exec, when set, runs no code: the runner applies Env and Rlimits and
+	// executes this argv in its place (an absolute path first), with fds
+	// 0-2 only. Nothing may follow it. See runner.py.
+	Exec []string `json:"exec,omitempty"`
 }
 
 // Latin1 carries bytes in a JSON string as the code points 0-255, the form

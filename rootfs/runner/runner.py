@@ -32,6 +32,13 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
         far); figures are numbered from 1 again; the end record carries
         "call"; and SIGINT interrupts the user's code only, never the
         runner between calls.
+        A job with "exec" (a list of strings: an absolute path and its
+        arguments) runs no Python: the runner applies its env and rlimits,
+        closes every fd but 0-2, restores the signals Python ignores, and
+        executes it in its place, with the environment it started with
+        (the daemon runs ruff so in a warm jail: lint and format).  Nothing
+        may follow it; its exit status is the command's, 127 if it cannot
+        be executed.
         JAILD_PREIMPORT (environment, comma-separated modules, possibly
         none) marks a warm pool's jail: the runner imports those modules
         and its own lazy ones, writes {"type": "ready"} to fd 4, and waits
@@ -375,7 +382,7 @@ def parse_job(raw):
     parsed = types.SimpleNamespace(
         env=env,
         rlimits=rlimits,
-        code=field("code", (str,), None),
+        code=field("code", (str, type(None)), None),
         filename=field("filename", (str,), "main.py"),
         last_line_interactive=field("last_line_interactive", (bool,), False),
         figures_dir=field("figures_dir", (str, type(None)), None),
@@ -385,7 +392,17 @@ def parse_job(raw):
         call=field("call", (int,), 0),
         stdin=field("stdin", (str, type(None)), None),
         cpu_s=field("cpu_s", (int, type(None)), None),
+        exec=field("exec", (list, type(None)), None),
     )
+    if parsed.exec is None and parsed.code is None:
+        raise JobError("bad 'code': None")
+    if parsed.exec is not None:
+        argv = parsed.exec
+        if (not argv or not all(isinstance(a, str) and "\0" not in a for a in argv)
+                or not argv[0].startswith("/")):
+            raise JobError(f"bad 'exec': {argv!r}")
+        if parsed.more or parsed.session or parsed.code:
+            raise JobError("an 'exec' job has no code and nothing may follow it")
     parsed.more = parsed.more or parsed.session
     if parsed.cpu_s is not None and parsed.cpu_s < 1:
         raise JobError(f"bad 'cpu_s': {parsed.cpu_s!r}")
@@ -603,6 +620,25 @@ def apply_job_limits(job):
             resource.setrlimit(which, (soft, hard))
 
 
+def exec_job(job):
+    """Replace this process with the job's command (its env and rlimits
+    applied already): only fds 0-2 stay open, the signals Python ignores
+    or this runner holds are as a fresh process has them, and the
+    environment is the one the runner started with, plus the job's.
+    Never returns."""
+    env = dict(START_ENV)
+    env.update(job.env)
+    os.closerange(3, max(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 1024))
+    for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    try:
+        os.execve(job.exec[0], job.exec, env)
+    except OSError as exc:
+        print(f"jaild runner: cannot execute {job.exec[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+    os._exit(127)
+
+
 def apply_call_cpu(seconds):
     """A session's call: `seconds` more CPU seconds than the process used
     so far (the soft limit; the hard one, the jail's, stays)."""
@@ -778,6 +814,8 @@ def run_user_process(records, saver):
             print(f"jaild runner: cannot apply the run's limits: {exc}", file=sys.stderr, flush=True)
             os._exit(2)
         first = False
+        if job.exec is not None:
+            exec_job(job)
         saver.configure(job.figures_dir, job.max_figures, renumber=job.session)
         if job.session:
             try:
@@ -852,8 +890,14 @@ def finish(status, interrupted):
     exit_process(status)
 
 
+# The environment the runner started with, but for its own variable: an
+# "exec" job's command gets it (the runner adds matplotlib's).
+START_ENV = {}
+
+
 def main():
-    global STARTUP_MODULES
+    global STARTUP_MODULES, START_ENV
+    START_ENV = {k: v for k, v in os.environ.items() if k != "JAILD_PREIMPORT"}
     # Imported as a module by the daemon: a runner.py the user puts in the
     # workspace must import as theirs.
     if __name__ != "__main__":

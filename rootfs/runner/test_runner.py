@@ -191,6 +191,53 @@ class TestSuccess(RunnerTestCase):
         self.assertEqual(r.stdout, "def f():\n    return 1\n")
 
 
+class TestExec(RunnerTestCase):
+    """An "exec" job replaces the runner with a command (lint and format in
+    a warm jail)."""
+
+    def run_exec(self, argv, stdin=b"", **fields):
+        job = {"exec": argv}
+        job.update(fields)
+        return self.run_job(None, raw_job=json.dumps(job).encode(), stdin=stdin)
+
+    def test_command_gets_stdin_env_and_nothing_else(self):
+        r = self.run_exec(
+            ["/bin/sh", "-c", 'cat; echo "$GREETING ${JAILD_PREIMPORT-unset} ${MPLBACKEND-unset}"; '
+             'grep -E "^Sig(Ign|Blk):" /proc/self/status; ls /proc/self/fd'],
+            stdin=b"code\n", env={"GREETING": "hi"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # fds 0-2 and ls's own directory; no signal ignored or blocked;
+        # the environment the runner started with, and the job's.
+        self.assertEqual(r.stdout, "code\nhi unset unset\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n")
+        self.assertEqual(r.records, [])
+
+    def test_warm_runner_execs_too(self):
+        # In a warm jail the runner imported its modules and said ready
+        # first; SIGINT was ignored while it waited.
+        job = json.dumps({"exec": ["/bin/sh", "-c", 'grep -E "^SigIgn:" /proc/self/status; echo "${JAILD_PREIMPORT-unset}"']})
+        r = self.run_job(None, raw_job=job.encode(), runner_env={"JAILD_PREIMPORT": "json"})
+        self.assertEqual((r.returncode, r.stdout), (0, "SigIgn:\t0000000000000000\nunset\n"), r.stderr)
+        self.assertEqual(r.records, [{"type": "ready"}])
+
+    def test_rlimits_and_status(self):
+        r = self.run_exec(["/bin/sh", "-c", "ulimit -n; exit 3"], rlimits={"RLIMIT_NOFILE": [64, 64]})
+        self.assertEqual((r.returncode, r.stdout), (3, "64\n"), r.stderr)
+
+    def test_missing_command(self):
+        r = self.run_exec(["/nonexistent/ruff", "check"])
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("cannot execute /nonexistent/ruff", r.stderr)
+
+    def test_bad_exec_jobs_are_refused(self):
+        for bad in ({"exec": []}, {"exec": ["ruff"]}, {"exec": ["/bin/true", 1]}, {"exec": "/bin/true"},
+                    {"exec": ["/bin/true\u0000"]}, {"exec": ["/bin/true"], "code": "print(1)"},
+                    {"exec": ["/bin/true"], "more": True}, {"exec": ["/bin/true"], "session": True}):
+            with self.subTest(job=bad):
+                r = self.run_job(None, raw_job=json.dumps(bad).encode())
+                self.assertEqual(r.returncode, 2, (r.stdout, r.stderr))
+                self.assertIn("bad job", r.stderr)
+
+
 class TestJobLimits(RunnerTestCase):
     def test_rlimits_are_lowered_before_user_code(self):
         r = self.run_job(
