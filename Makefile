@@ -36,7 +36,7 @@ VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 # balancer in front of tests/fleet_test.go's three daemons.
 TEST_PACKAGES := chromium haproxy
 
-.PHONY: help deps vm-deps test-deps web build rootfs rootfs-images groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
+.PHONY: help deps vm-deps test-deps kube-tools web build rootfs rootfs-images groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -68,6 +68,14 @@ test-deps: deps ## install what make test-host needs besides deps: Chromium for 
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+# A real kube-apiserver (k8s.io/kubernetes from the Go module proxy, built:
+# ~6 min on 2 cores the first time), etcd and kubectl (Debian trixie's packages,
+# unpacked, not installed) for deploy/kubernetes/test's server-side dry run,
+# cached in /var/cache/jaild/kube/<version>-<recipe digest> (JAILD_KUBE_CACHE)
+# so that no test waits for the build. tests/kubernetes_test.go finds them.
+kube-tools: deps ## build kube-apiserver and fetch etcd and kubectl for the Kubernetes dry-run test, once (cached outside the checkout)
+	GO=$(GO) bash deploy/kubernetes/test/kube/fetch.sh
 
 web: ## rebuild the playground's page internal/web/dist from internal/web/ui (npm ci + esbuild; node >= 20, else fetched from the npm registry)
 	bash internal/web/ui/build.sh
@@ -107,7 +115,7 @@ test-unit: ## every test that needs neither root nor the rootfs, fuzz seeds incl
 
 test: test-host vm-test ## every test: the host's (real jails), then the systemd + cgroup v2 VM's (root)
 
-test-host: deps test-deps rootfs rootfs-images vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
+test-host: deps test-deps kube-tools rootfs rootfs-images vet ## the tests on this host: real jails and daemons, the runner, MCP conformance, every fuzz target briefly (root)
 	JAILD_IMAGE_DIR=$(IMAGE_DIR) JAILD_IMAGES_DIR=$(ROOTFS_CACHE) $(GO) test $(BUILDFLAGS) -count=1 -timeout 30m ./...
 	bash rootfs/test.sh $(IMAGE_DIR)
 	$(MAKE) --no-print-directory mcp-conformance

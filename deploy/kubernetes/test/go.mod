@@ -1,7 +1,8 @@
 // Module test checks jaild's Kubernetes manifests (deploy/kubernetes) and
-// Helm chart (deploy/helm/jaild) without a cluster: Helm's SDK renders and
-// lints the chart, k8s.io/api's types decode every object strictly, and
-// jaild's own loader reads the configuration. A module of its own keeps
+// Helm chart (deploy/helm/jaild): Helm's SDK renders and lints the chart,
+// k8s.io/api's types decode every object strictly, jaild's own loader reads
+// the configuration, and a real kube-apiserver (no kubelet: kube/fetch.sh)
+// accepts all of it in a server-side dry run. A module of its own keeps
 // Helm and the Kubernetes libraries out of jaild's go.mod; tests/
 // kubernetes_test.go runs it as part of `make test`.
 module github.com/jaild/jaild/deploy/kubernetes/test
