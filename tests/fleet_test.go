@@ -289,7 +289,7 @@ func okRuns(s metricstest.Samples) float64 {
 }
 
 // markedJail finds the live jail whose pids.max is pids (a run sent with
-// that limit) with a process in it: its id and its processes.
+// that limit), started: its id and its processes.
 func (h *fleetHost) markedJail(pids int) (string, []string) {
 	ents, _ := os.ReadDir(h.cg.pids)
 	for _, e := range ents {
@@ -297,7 +297,14 @@ func (h *fleetHost) markedJail(pids int) (string, []string) {
 		if b, err := os.ReadFile(filepath.Join(dir, "pids.max")); err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(pids) {
 			continue
 		}
+		// Started: processes in its cgroup, and libcontainer's state
+		// saved (its init joins the cgroup before the state is written;
+		// a daemon killed between the two leaves a run directory and
+		// cgroups, but no jail for the sweep to destroy).
 		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if _, err := os.Stat(filepath.Join(h.d.dir, "run", "state", e.Name(), "state.json")); err != nil {
+			continue
+		}
 		if f := strings.Fields(string(procs)); len(f) > 0 {
 			return e.Name(), f
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 )
@@ -258,21 +260,40 @@ func TestSessionFromWarmPool(t *testing.T) {
 
 // A command (lint, format) takes a plain warm jail, whose runner executes
 // it in its place: it reads its stdin, holds fds 0-2 only, runs under the
-// request's limits and the filter with no signal ignored or blocked, and
-// its exit status is the run's; it matches the same command in a jail of
-// its own, and the preloaded jail is left for code.
+// request's limits and the filter with no signal blocked, and its exit
+// status is the run's; it matches the same command in a jail of its own,
+// and the preloaded jail is left for code. Ignored signals are inherited
+// from whatever started the daemon (here the test process, run under
+// nohup in CI): a jail of its own has the same; the runner restores those
+// Python and it change (SIGINT, SIGPIPE, SIGXFSZ) to their defaults.
 func TestJailWarmCommand(t *testing.T) {
 	e := newPoolEngineWith(t, PoolConfig{Size: 1, PlainSize: 1, Preimport: []string{"json"}})
-	cmd := []string{"/bin/sh", "-c", `cat; ulimit -n; grep -E "^Sig(Blk|Ign):" /proc/self/status; ls /proc/self/fd; ` +
-		`grep -c "^Seccomp:.2" /proc/self/status; echo "${JAILD_PREIMPORT-unset}" >&2; exit 3`}
+	cmd := []string{"/bin/sh", "-c", `cat; ulimit -n; grep -E "^SigBlk:" /proc/self/status; ls /proc/self/fd; ` +
+		`grep -c "^Seccomp:.2" /proc/self/status; grep -E "^SigIgn:" /proc/self/status >&2; echo "${JAILD_PREIMPORT-unset}" >&2; exit 3`}
 	with := func(r *Request) {
 		r.Code, r.Command, r.Stdin = "", cmd, []byte("code\n")
 		r.Limits.OpenFiles = 100
 	}
-	const stdout = "code\n100\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n1\n"
+	// The control: what this process ignores, which its jails inherit.
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ignored uint64
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:\t"); ok {
+			ignored, err = strconv.ParseUint(v, 16, 64)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := uint64(1)<<(unix.SIGINT-1) | uint64(1)<<(unix.SIGPIPE-1) | uint64(1)<<(unix.SIGXFSZ-1)
+	stderr := func(ign uint64) string { return fmt.Sprintf("SigIgn:\t%016x\nunset\n", ign) }
+	const stdout = "code\n100\nSigBlk:\t0000000000000000\n0\n1\n2\n3\n1\n"
 	warm := runWarm(t, e, "", with)
-	if warm.Status != StatusError || warm.ExitCode != 3 || string(warm.Stdout) != stdout || string(warm.Stderr) != "unset\n" || warm.Exception != nil {
-		t.Errorf("warm: %s exit %d stdout %q stderr %q exception %v", warm.Status, warm.ExitCode, warm.Stdout, warm.Stderr, warm.Exception)
+	if warm.Status != StatusError || warm.ExitCode != 3 || string(warm.Stdout) != stdout || string(warm.Stderr) != stderr(ignored&^restored) || warm.Exception != nil {
+		t.Errorf("warm: %s exit %d stdout %q stderr %q exception %v; want stderr %q", warm.Status, warm.ExitCode, warm.Stdout, warm.Stderr, warm.Exception, stderr(ignored&^restored))
 	}
 	if s := e.PoolStats(); s.Ready != 1 {
 		t.Errorf("the preloaded jail was used: %+v", s)
@@ -285,7 +306,7 @@ func TestJailWarmCommand(t *testing.T) {
 	if err != nil || cold.Warm {
 		t.Fatalf("cold: %v %v", cold, err)
 	}
-	if cold.Status != warm.Status || cold.ExitCode != warm.ExitCode || string(cold.Stdout) != string(warm.Stdout) || string(cold.Stderr) != string(warm.Stderr) {
-		t.Errorf("cold %s %d %q %q differs from warm", cold.Status, cold.ExitCode, cold.Stdout, cold.Stderr)
+	if cold.Status != warm.Status || cold.ExitCode != warm.ExitCode || string(cold.Stdout) != string(warm.Stdout) || string(cold.Stderr) != stderr(ignored) {
+		t.Errorf("cold: %s %d %q %q; want the warm run's status and output, and stderr %q", cold.Status, cold.ExitCode, cold.Stdout, cold.Stderr, stderr(ignored))
 	}
 }
