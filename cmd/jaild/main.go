@@ -46,10 +46,7 @@ func main() {
 	jail.Init() // when started as a jail's init, this never returns
 	// Re-executes itself from a sealed copy of its binary, once, so that
 	// no jail's start copies it.
-	if err := jail.SealExe(); err != nil {
-		fmt.Fprintln(os.Stderr, "jaild:", err)
-		os.Exit(1)
-	}
+	jail.SealExe()
 	// On cgroup v2: re-executes itself, seeing only its own cgroup subtree.
 	if err := jail.EnterCgroupView(); err != nil {
 		fmt.Fprintln(os.Stderr, "jaild:", err)

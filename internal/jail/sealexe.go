@@ -1,7 +1,9 @@
 package jail
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,12 +29,13 @@ import (
 // and sd_notify are unaffected.
 //
 // Call it right after Init, on the main thread, before any file descriptor
-// is opened or consumed. It returns nil at once in the re-executed process
+// is opened or consumed. It returns at once in the re-executed process
 // (and where the binary is already sealed); otherwise it does not return
-// unless it fails.
-func SealExe() error {
+// unless the copy cannot be made or executed (then it warns on stderr and
+// returns: libcontainer seals a copy per jail).
+func SealExe() {
 	if os.Geteuid() != 0 {
-		return nil // the daemon refuses to start and says why
+		return // the daemon refuses to start and says why
 	}
 	if exeseal.IsSelfExeCloned() {
 		// The kernel named the process after the path it was executed
@@ -40,32 +43,42 @@ func SealExe() error {
 		// has made so far, its own name back (ps, top, pkill jaild);
 		// threads made from then on inherit it.
 		renameThreads(comm(os.Args[0]))
-		return nil
+		return
 	}
+	// Only a sealed memfd will do (libcontainer takes nothing else as
+	// sealed); where none can be made or executed, the daemon runs as it
+	// is and libcontainer seals a copy per jail, as it did before.
+	if err := execSealed(); err != nil {
+		fmt.Fprintf(os.Stderr, "jaild: warning: cannot run from a sealed copy of the binary (%v); each jail's start will copy it\n", err)
+	}
+}
+
+// execSealed copies the binary into a sealed memfd and executes it; it
+// returns only if that fails.
+func execSealed() error {
 	self, err := os.Open("/proc/self/exe")
 	if err != nil {
-		return fmt.Errorf("seal the binary: %w", err)
+		return err
 	}
-	fi, err := self.Stat()
+	defer self.Close()
+	sealed, seal, err := exeseal.Memfd("jaild")
 	if err != nil {
-		self.Close()
-		return fmt.Errorf("seal the binary: %w", err)
+		return err
 	}
-	sealed, err := exeseal.CloneBinary(self, fi.Size(), "jaild", os.TempDir())
-	self.Close()
-	if err != nil {
-		return fmt.Errorf("seal the binary: %w", err)
+	defer func() { sealed.Close() }() // seal may replace it
+	if _, err := io.Copy(sealed, self); err != nil {
+		return err
+	}
+	if err := seal(&sealed); err != nil {
+		return err
 	}
 	if !exeseal.IsCloned(sealed) {
-		// Not a memfd (no memfd_create): libcontainer would not take it
-		// as sealed, and would copy at every start anyway.
-		sealed.Close()
-		return nil
+		return errors.New("the memfd lacks its seals")
 	}
 	// The descriptor is close-on-exec: the kernel has the file open by the
 	// time it closes it, and the new image maps it.
 	path := "/proc/self/fd/" + strconv.Itoa(int(sealed.Fd()))
-	return fmt.Errorf("seal the binary: re-execute: %w", unix.Exec(path, os.Args, os.Environ()))
+	return unix.Exec(path, os.Args, os.Environ())
 }
 
 // comm is the process name for argv0: its base name, cut to the kernel's

@@ -117,7 +117,7 @@ wait:
 		}
 		res.Files = files
 	}
-	res.Status = status(res, outputLimit)
+	res.Status = status(res, outputLimit, time.Duration(req.Limits.RlimitsByName()["RLIMIT_CPU"][0])*time.Second)
 	return res, nil
 }
 
@@ -180,7 +180,11 @@ func (w outputWriter) Write(p []byte) (int, error) {
 }
 
 // status decides the run's status from what happened, most specific first.
-func status(r *Result, outputLimit bool) Status {
+// cpuSoft is the run's RLIMIT_CPU soft limit: a process that reaches it
+// gets SIGXCPU, but the jail's pid 1 (a command run in a jail of its own)
+// is spared that signal and dies by the SIGKILL of the hard limit a second
+// later, having used at least the soft limit.
+func status(r *Result, outputLimit bool, cpuSoft time.Duration) Status {
 	switch {
 	case r.TimedOut:
 		return StatusTimeout
@@ -190,7 +194,7 @@ func status(r *Result, outputLimit bool) Status {
 		return StatusOutputLimit
 	case r.Cancelled:
 		return StatusKilled
-	case r.Signal == int(unix.SIGXCPU):
+	case r.Signal == int(unix.SIGXCPU), r.Signal == int(unix.SIGKILL) && cpuSoft > 0 && r.CPUTime >= cpuSoft:
 		return StatusCPULimit
 	case r.Signal != 0:
 		return StatusKilled

@@ -3,6 +3,9 @@ package run
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/errdefs"
 )
@@ -47,6 +50,34 @@ func TestImportsAny(t *testing.T) {
 	} {
 		if got := importsAny(code, tops); got != want {
 			t.Errorf("importsAny(%q) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// A run's status, most specific first; a SIGKILL after using the CPU
+// limit is the hard RLIMIT_CPU's (the jail's pid 1, a command in a jail
+// of its own, is spared the SIGXCPU of the soft one).
+func TestStatus(t *testing.T) {
+	const soft = 3 * time.Second
+	kill, xcpu := int(unix.SIGKILL), int(unix.SIGXCPU)
+	for _, c := range []struct {
+		r      Result
+		output bool
+		want   Status
+	}{
+		{Result{ExitCode: 0}, false, StatusOK},
+		{Result{ExitCode: 1}, false, StatusError},
+		{Result{ExitCode: -1, Signal: xcpu}, false, StatusCPULimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: soft}, false, StatusCPULimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: soft - time.Millisecond}, false, StatusKilled},
+		{Result{ExitCode: -1, Signal: int(unix.SIGSEGV), CPUTime: 2 * soft}, false, StatusKilled},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, TimedOut: true}, false, StatusTimeout},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, OOMKilled: true}, false, StatusMemoryLimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft}, true, StatusOutputLimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, Cancelled: true}, false, StatusKilled},
+	} {
+		if got := status(&c.r, c.output, soft); got != c.want {
+			t.Errorf("status(%+v, output limit %v) = %s, want %s", c.r, c.output, got, c.want)
 		}
 	}
 }

@@ -18,9 +18,14 @@ func (s *Server) ruffLimits() jail.Limits {
 	l := EngineLimits(s.cfg.Defaults)
 	l.Timeout = 20 * time.Second
 	l.OutputBytes = 32 << 20
-	l.Pids = max(l.Pids, 32) // ruff runs a thread per CPU
+	l.Pids = max(l.Pids, 32) // ruff's threads (ruffEnv), and init's
 	return l
 }
+
+// ruffEnv bounds ruff's threads: its thread pool would start one per CPU
+// of the host, and a host with as many CPUs as the run's pids limit would
+// fail every lint (one piece of code needs few anyway).
+func ruffEnv() map[string]string { return map[string]string{"RAYON_NUM_THREADS": "4"} }
 
 func checkCode(code string) error {
 	if len(code) > maxCodeBytes {
@@ -58,7 +63,7 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	args := ruff.CheckArgs(req.Select, req.Ignore)
-	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Limits: s.ruffLimits(), Image: image}
+	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -110,7 +115,7 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "format", err)
 		return err
 	}
-	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Limits: s.ruffLimits(), Image: image}
+	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {

@@ -181,20 +181,25 @@ func (l *liveStream) output(stream int, p []byte) {
 		l.queue[n-1].data = appendChunk(l.queue[n-1].data, p)
 	case n >= maxSegments:
 		// A run that alternates tiny writes to both streams would make a
-		// segment of each: past maxSegments, a chunk joins its stream's
-		// last segment while that has room, and a new segment is made
-		// full-sized, so that the queue past maxSegments holds segments
-		// of about maxEventText and allocates about the bytes it holds
-		// (one slice grown by append would leave garbage several times
-		// the cap). The two streams are two pipes, whose relative order
+		// segment of each: past maxSegments, a chunk fills its stream's
+		// last segment and what is left starts a segment made full-sized,
+		// so that the queue past maxSegments holds full segments of
+		// maxEventText and allocates about the bytes it holds (one slice
+		// grown by append would leave garbage several times the cap). The two streams are two pipes, whose relative order
 		// was never exact; each stream's own order is kept.
-		if i := l.lastOf(stream); i >= 0 && len(l.queue[i].data)+len(p) <= cap(l.queue[i].data) {
-			l.queue[i].data = append(l.queue[i].data, p...)
-			break
+		// The chunk fills what room its stream's last segment has first,
+		// so that every segment of the stream but its last is full.
+		if i := l.lastOf(stream); i >= 0 {
+			seg := &l.queue[i].data
+			room := min(cap(*seg)-len(*seg), len(p))
+			*seg = append(*seg, p[:room]...)
+			p = p[room:]
 		}
-		data := make([]byte, len(p), max(len(p), maxEventText))
-		copy(data, p)
-		l.queue = append(l.queue, segment{stream, data})
+		if len(p) > 0 {
+			data := make([]byte, len(p), max(len(p), maxEventText))
+			copy(data, p)
+			l.queue = append(l.queue, segment{stream, data})
+		}
 	default:
 		l.queue = append(l.queue, segment{stream, append([]byte(nil), p...)})
 	}

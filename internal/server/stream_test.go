@@ -253,4 +253,27 @@ func TestLiveStreamQueueBounded(t *testing.T) {
 	if alloc, bound := after.TotalAlloc-before.TotalAlloc, uint64(2*perStream)*5/4; alloc > bound {
 		t.Errorf("queueing %d bytes allocated %d, want at most %d", 2*perStream, alloc, bound)
 	}
+
+	// Past maxSegments, chunks of sizes that do not divide a segment (1
+	// byte on one stream, 32 KiB + 1 on the other) leave no segment
+	// part-empty but the last of each stream.
+	l = newLiveStream(httptest.NewRecorder(), false, func() {})
+	total := 0
+	for range maxSegments {
+		l.output(1+total%2, rec[:1])
+		total++
+	}
+	small, big := []byte{'s'}, bytes.Repeat([]byte{'b'}, 32<<10+1)
+	for total < 2*perStream {
+		l.output(1, small)
+		l.output(2, big)
+		total += len(small) + len(big)
+	}
+	held = 0
+	for _, seg := range l.queue {
+		held += cap(seg.data)
+	}
+	if bound := total + maxSegments*16 + 2*maxEventText; held > bound {
+		t.Errorf("odd-sized chunks: the queue holds %d bytes of capacity for %d bytes, want at most %d", held, total, bound)
+	}
 }
