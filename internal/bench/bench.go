@@ -554,20 +554,8 @@ func (d *daemon) call(w Workload) error {
 // refill.
 func (d *daemon) waitReady(ctx context.Context) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
-		resp, err := d.client.Get("http://jaild/v1/info")
-		if err != nil {
-			return
-		}
-		var info struct {
-			Pool struct {
-				Ready      int `json:"ready"`
-				PlainReady int `json:"plain_ready"`
-			} `json:"pool"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&info)
-		resp.Body.Close()
-		if info.Pool.Ready >= d.pool && info.Pool.PlainReady >= d.pool {
-			return
+		if full, err := d.poolState(); full || err != nil {
+			return // full, or the daemon is gone: the next request says so
 		}
 	}
 }

@@ -200,12 +200,18 @@ func (d *daemon) atRest(ctx context.Context) error {
 // poolFull says whether the warm pool holds all its jails (true without
 // a pool).
 func (d *daemon) poolFull() bool {
+	full, _ := d.poolState()
+	return full
+}
+
+// poolState asks the daemon whether its warm pool holds all its jails.
+func (d *daemon) poolState() (bool, error) {
 	if d.pool == 0 {
-		return true
+		return true, nil
 	}
 	resp, err := d.client.Get("http://jaild/v1/info")
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer resp.Body.Close()
 	var info struct {
@@ -214,8 +220,8 @@ func (d *daemon) poolFull() bool {
 			PlainReady int `json:"plain_ready"`
 		} `json:"pool"`
 	}
-	if json.NewDecoder(resp.Body).Decode(&info) != nil {
-		return false
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		return false, nil // not an answer of the pool's: ask again
 	}
-	return info.Pool.Ready >= d.pool && info.Pool.PlainReady >= d.pool
+	return info.Pool.Ready >= d.pool && info.Pool.PlainReady >= d.pool, nil
 }
