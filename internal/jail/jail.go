@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,6 +79,9 @@ type Jail struct {
 	limits  Limits // what the jail has now (Resize changes them)
 	started bool
 	peak    *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
+	// mntns holds the jail's mount namespace from its start to its
+	// teardown (see holdMountNamespace); nil if it could not be opened.
+	mntns *os.File
 	// tmpfsCharged is the tmpfs size counted in the daemon's memory.high
 	// for this jail (Engine.chargeTmpfs).
 	tmpfsCharged int64
@@ -218,6 +222,7 @@ func (j *Jail) Start(p Process) error {
 		close(j.done)
 		return fmt.Errorf("start jail: %w", err)
 	}
+	j.holdMountNamespace(proc)
 	go func() {
 		ps, err := proc.Wait()
 		j.exit = exitOf(ps, err)
@@ -231,6 +236,30 @@ func (j *Jail) Start(p Process) error {
 	j.cgroups = state.CgroupPaths
 	j.mu.Unlock()
 	return nil
+}
+
+// holdMountNamespace opens the mount namespace of the jail's first
+// process, which the daemon then holds until the teardown. Otherwise the
+// last of the jail's processes to exit (its pid 1) tears the namespace
+// down in its own exit, before its parent (the daemon) is told: every
+// mount of the jail unmounted, an expedited RCU grace period waited for,
+// the superblocks of its /proc, /dev and /dev/shm shut down (~0.4 ms
+// measured, on the path of every run's result). Held, that work is the
+// teardown's, done after the result is sent. The process is the daemon's
+// child and not reaped yet, so its pid is its own; if it has exited
+// already, nothing is held.
+func (j *Jail) holdMountNamespace(proc *libcontainer.Process) {
+	pid, err := proc.Pid()
+	if err != nil {
+		return
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	if err != nil {
+		return
+	}
+	j.mu.Lock()
+	j.mntns = f
+	j.mu.Unlock()
 }
 
 // Proc is a further process started in a live jail by Exec.
@@ -636,6 +665,13 @@ func (j *Jail) teardown() bool {
 		if len(paths) > 0 {
 			_ = freezeCgroup(paths, false) // what is left must be able to die
 		}
+		// The jail's mounts go now (holdMountNamespace).
+		j.mu.Lock()
+		if j.mntns != nil {
+			j.mntns.Close()
+			j.mntns = nil
+		}
+		j.mu.Unlock()
 		if err := j.c.Destroy(); err != nil {
 			j.e.log.Error("destroy jail; its host id range stays in use", "id", j.id, "slot", j.slot, "err", err)
 			free = false

@@ -3,6 +3,7 @@ package jail
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -319,5 +320,56 @@ func TestJailExec(t *testing.T) {
 	}
 	if _, err := j.Exec(Process{Args: []string{"/bin/true"}}); err == nil {
 		t.Error("Exec after the first process ended was accepted")
+	}
+}
+
+// The daemon holds a jail's mount namespace from its start to its
+// teardown, so that the end of the jail's last process (which would
+// otherwise unmount every mount of the jail before the daemon learns of
+// it) does not tear it down on the run's path; Destroy lets it go.
+func TestJailMountNamespaceHeld(t *testing.T) {
+	j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Destroy()
+	inR, inW, _ := os.Pipe()
+	defer inW.Close()
+	if err := j.Start(Process{Args: []string{"/bin/cat"}, Stdin: inR}); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	state, err := j.c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", state.InitProcessPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own, _ := os.Readlink("/proc/self/ns/mnt"); ns == own || !strings.HasPrefix(ns, "mnt:[") {
+		t.Fatalf("jail's mount namespace %q (the daemon's: %q)", ns, own)
+	}
+	inW.Close() // cat ends, and with it the jail's last process
+	<-j.Done()
+	held := func() int {
+		n := 0
+		ents, _ := os.ReadDir("/proc/self/fd")
+		for _, ent := range ents {
+			if l, _ := os.Readlink("/proc/self/fd/" + ent.Name()); l == ns {
+				n++
+			}
+		}
+		return n
+	}
+	if n := held(); n != 1 {
+		t.Errorf("%d fds of the daemon on the ended jail's mount namespace %s, want 1", n, ns)
+	}
+	j.Destroy()
+	if n := held(); n != 0 {
+		t.Errorf("%d fds on the jail's mount namespace %s after Destroy", n, ns)
+	}
+	if left := testEngine.Leftovers(); len(left) != 0 {
+		t.Errorf("left after Destroy: %v", left)
 	}
 }
