@@ -75,10 +75,12 @@ type Jail struct {
 	cgroups    map[string]string // the jail's cgroup directories by controller ("" on v2)
 	net        *egress.Run       // nil: loopback only
 
-	mu      sync.Mutex
-	limits  Limits // what the jail has now (Resize changes them)
-	started bool
-	peak    *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
+	mu     sync.Mutex
+	limits Limits // what the jail has now (Resize changes them)
+	// resizeFailed: the last Resize failed part way.
+	resizeFailed bool
+	started      bool
+	peak         *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
 	// mntns holds the jail's mount namespace from its start to its
 	// teardown (see holdMountNamespace); nil if it could not be opened.
 	mntns *os.File
@@ -527,31 +529,42 @@ func (j *Jail) NetworkUsage() *egress.Usage {
 // Resize gives a started jail new cgroup memory and pids limits and a new
 // tmpfs size, and starts its peak-memory counter afresh. The rlimits of
 // its processes stay as they were created: lower them from inside.
-func (j *Jail) Resize(l Limits) error {
+func (j *Jail) Resize(l Limits) (err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	v2 := cgroups.IsCgroup2UnifiedMode()
+	// What the jail has already is not written again (a warm jail made
+	// with the default limits serving a request with the same: ~0.15 ms
+	// of the request's path); the peak is reset either way. After a
+	// failed Resize, what the jail has is unknown: all is written.
+	sameCgroup := !j.resizeFailed && l.MemoryBytes == j.limits.MemoryBytes && l.Pids == j.limits.Pids
+	sameTmpfs := !j.resizeFailed && l.WorkspaceBytes == j.limits.WorkspaceBytes && l.WorkspaceInodes == j.limits.WorkspaceInodes
+	defer func() { j.resizeFailed = err != nil }()
 	// Straight to the two controllers: the container's Set would rewrite
 	// every controller and its state file (~0.5 ms).
 	r := &cgroups.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, PidsLimit: &l.Pids, SkipDevices: true}
 	if v2 {
-		m, err := fs2.NewManager(&cgroups.Cgroup{Resources: r}, j.cgroups[""])
-		if err == nil {
-			err = m.Set(r)
-		}
-		if err != nil {
-			return fmt.Errorf("set cgroup limits: %w", err)
+		if !sameCgroup {
+			m, err := fs2.NewManager(&cgroups.Cgroup{Resources: r}, j.cgroups[""])
+			if err == nil {
+				err = m.Set(r)
+			}
+			if err != nil {
+				return fmt.Errorf("set cgroup limits: %w", err)
+			}
 		}
 		if j.peak != nil {
 			j.peak.Close()
 		}
 		j.peak = resetPeak(j.cgroups[""])
 	} else {
-		if err := (&fs.MemoryGroup{}).Set(j.cgroups["memory"], r); err != nil {
-			return fmt.Errorf("set cgroup memory limit: %w", err)
-		}
-		if err := (&fs.PidsGroup{}).Set(j.cgroups["pids"], r); err != nil {
-			return fmt.Errorf("set cgroup pids limit: %w", err)
+		if !sameCgroup {
+			if err := (&fs.MemoryGroup{}).Set(j.cgroups["memory"], r); err != nil {
+				return fmt.Errorf("set cgroup memory limit: %w", err)
+			}
+			if err := (&fs.PidsGroup{}).Set(j.cgroups["pids"], r); err != nil {
+				return fmt.Errorf("set cgroup pids limit: %w", err)
+			}
 		}
 		_ = cgroups.WriteFile(j.cgroups["memory"], "memory.max_usage_in_bytes", "0")
 	}
@@ -559,9 +572,11 @@ func (j *Jail) Resize(l Limits) error {
 		j.e.chargeTmpfs(d) // up before it can be filled
 		j.tmpfsCharged += d
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d", l.WorkspaceBytes, l.WorkspaceInodes)
-	if err := unix.Mount("", j.runDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return &os.PathError{Op: "remount workspace", Path: j.runDir, Err: err}
+	if !sameTmpfs {
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d", l.WorkspaceBytes, l.WorkspaceInodes)
+		if err := unix.Mount("", j.runDir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return &os.PathError{Op: "remount workspace", Path: j.runDir, Err: err}
+		}
 	}
 	if d := j.tmpfsCharged - l.WorkspaceBytes; d > 0 {
 		j.e.chargeTmpfs(-d) // down once it is smaller

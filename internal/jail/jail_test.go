@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/cgroups"
 
 	"github.com/jaild/jaild/internal/errdefs"
 )
@@ -372,4 +375,83 @@ func TestJailMountNamespaceHeld(t *testing.T) {
 	if left := testEngine.Leftovers(); len(left) != 0 {
 		t.Errorf("left after Destroy: %v", left)
 	}
+}
+
+// A Resize to the limits the jail has writes none of them again (the warm
+// path's common case) but still starts the peak afresh; one to other
+// limits writes them, and one back writes them again.
+func TestJailResizeSameLimits(t *testing.T) {
+	l := DefaultLimits()
+	j, err := testEngine.Create(Spec{Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Destroy()
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	defer inW.Close()
+	defer outR.Close()
+	// A subshell holds 40 MB and ends; then the jail waits.
+	script := `(x=$(head -c 40000000 /dev/zero | tr '\0' a); echo ${#x}); echo ended; read go`
+	if err := j.Start(Process{Args: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Stdin: inR, Stdout: outW}); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	lines := bufio.NewScanner(outR)
+	var said []string
+	for len(said) < 2 && lines.Scan() {
+		said = append(said, lines.Text())
+	}
+	if strings.Join(said, " ") != "40000000 ended" {
+		t.Fatalf("the jail said %q", said)
+	}
+	v2 := cgroups.IsCgroup2UnifiedMode()
+	limitFile := func() string {
+		p := filepath.Join(j.cgroups["memory"], "memory.limit_in_bytes")
+		if v2 {
+			p = filepath.Join(j.cgroups[""], "memory.max")
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	want := strconv.FormatInt(l.MemoryBytes, 10)
+	if got := limitFile(); got != want {
+		t.Fatalf("memory limit %s, want %s", got, want)
+	}
+	if p := j.Stats().PeakMemoryBytes; p < 40e6 {
+		t.Fatalf("peak %d before the Resize, want at least 40 MB", p)
+	}
+	if err := j.Resize(l); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitFile(); got != want {
+		t.Errorf("memory limit %s after a Resize to the same limits, want %s", got, want)
+	}
+	// The peak restarts where the kernel can (v1; v2 with memory.peak
+	// resettable, Linux 6.12+).
+	if !v2 || j.peak != nil {
+		if p := j.Stats().PeakMemoryBytes; p >= 40e6 {
+			t.Errorf("peak %d after a Resize to the same limits: not started afresh", p)
+		}
+	}
+	small := l
+	small.MemoryBytes = 96 << 20
+	if err := j.Resize(small); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitFile(); got != strconv.FormatInt(small.MemoryBytes, 10) {
+		t.Errorf("memory limit %s after a Resize to %d", got, small.MemoryBytes)
+	}
+	if err := j.Resize(l); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitFile(); got != want {
+		t.Errorf("memory limit %s after a Resize back, want %s", got, want)
+	}
+	inW.Close()
+	<-j.Done()
 }
