@@ -310,7 +310,8 @@ func vmRSS(pid int) int64 {
 
 // daemonOtherFds lists the daemon's open fds that belong to no live jail:
 // a jail holds five pipes shared with its processes (seven for one that may
-// become a session: init's control and status) and a pidfd of its init.
+// become a session: init's control and status), a pidfd of its init and
+// its mount namespace (held by the daemon until the jail's teardown).
 // Everything else (listener, epoll, log pipes, cgroup files, client
 // connections) must be back to the baseline after every case.
 func daemonOtherFds(pid int) []string {
@@ -320,6 +321,9 @@ func daemonOtherFds(pid int) []string {
 		jail[p] = true
 		for _, target := range fdLinks(p) {
 			held[target] = true
+		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", p)); err == nil {
+			held[ns] = true
 		}
 		// The daemon's lock on the jail's host id range
 		// (/run/jaild-ids/<first id>) is the jail's too.

@@ -540,6 +540,9 @@ func (j *Jail) Resize(l Limits) (err error) {
 	sameCgroup := !j.resizeFailed && l.MemoryBytes == j.limits.MemoryBytes && l.Pids == j.limits.Pids
 	sameTmpfs := !j.resizeFailed && l.WorkspaceBytes == j.limits.WorkspaceBytes && l.WorkspaceInodes == j.limits.WorkspaceInodes
 	defer func() { j.resizeFailed = err != nil }()
+	if len(j.cgroups) == 0 {
+		return fmt.Errorf("jail %s: no cgroup to resize (not started)", j.id)
+	}
 	// Straight to the two controllers: the container's Set would rewrite
 	// every controller and its state file (~0.5 ms).
 	r := &cgroups.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, PidsLimit: &l.Pids, SkipDevices: true}
@@ -680,13 +683,15 @@ func (j *Jail) teardown() bool {
 		if len(paths) > 0 {
 			_ = freezeCgroup(paths, false) // what is left must be able to die
 		}
-		// The jail's mounts go now (holdMountNamespace).
+		// The jail's mounts go now (holdMountNamespace); not under j.mu,
+		// as the close tears them down.
 		j.mu.Lock()
-		if j.mntns != nil {
-			j.mntns.Close()
-			j.mntns = nil
-		}
+		mntns := j.mntns
+		j.mntns = nil
 		j.mu.Unlock()
+		if mntns != nil {
+			mntns.Close()
+		}
 		if err := j.c.Destroy(); err != nil {
 			j.e.log.Error("destroy jail; its host id range stays in use", "id", j.id, "slot", j.slot, "err", err)
 			free = false
