@@ -120,8 +120,9 @@ def main():
         # What the runner of this build understands beyond code jobs (the
         # daemon uses a feature only where an image's manifest lists it):
         # exec, a job that executes a command in its place (lint and
-        # format in a warm jail).
-        "runner_features": ["exec"],
+        # format in a warm jail); seccomp_fd, an init that loads the jail's
+        # seccomp filter given on an fd (--seccomp-fd).
+        "runner_features": ["exec", "seccomp_fd"],
         "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -84,13 +85,16 @@ func (c *Config) Validate() error {
 
 // Engine creates jails. It is safe for concurrent use.
 type Engine struct {
-	cfg      Config
-	log      *slog.Logger
-	seccomp  *specs.LinuxSeccomp
-	stateDir string // libcontainer's root
-	runsDir  string // one directory (a tmpfs mountpoint) per run
-	v2Base   string // cgroup v2: absolute parent of CgroupName; "" on v1
-	slots    slots
+	cfg     Config
+	log     *slog.Logger
+	seccomp *specs.LinuxSeccomp
+	// filterProg is the program libcontainer loads for seccomp, read
+	// back once (filterfd.go); nil: every jail's init compiles it.
+	filterProg []byte
+	stateDir   string // libcontainer's root
+	runsDir    string // one directory (a tmpfs mountpoint) per run
+	v2Base     string // cgroup v2: absolute parent of CgroupName; "" on v1
+	slots      slots
 
 	// Counts for the daemon's metrics (JailCounts).
 	alive            atomic.Int64  // jails created and not destroyed yet
@@ -154,6 +158,11 @@ func New(cfg Config) (_ *Engine, retErr error) {
 		return nil, fmt.Errorf("seccomp profile: %w", err)
 	}
 	e.seccomp = prof
+	if lc, err := specconv.SetupSeccomp(prof); err != nil {
+		return nil, fmt.Errorf("seccomp profile: %w", err)
+	} else if e.filterProg, err = filterProgram(lc); err != nil {
+		e.log.Warn("seccomp filter not compiled ahead; each jail's init compiles it", "err", err)
+	}
 	// A jail's init runs as an unprivileged host uid, so every directory on
 	// the way to the rootfs and the run directories must be searchable
 	// (but need not be listable) by others.

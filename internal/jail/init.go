@@ -20,6 +20,9 @@ func Init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init()
 	}
+	if len(os.Args) > 1 && os.Args[1] == filterExportArg {
+		exportFilter()
+	}
 }
 
 // The main goroutine keeps the process's main thread to itself.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,13 @@ type Spec struct {
 	// Image names the image the jail's root is (Engine.ImageNames); ""
 	// is the default image.
 	Image string
+	// InitLoadsFilter: the jail's first process will be the image's init
+	// (its manifest's Init), which then loads the jail's seccomp filter
+	// itself, compiled once by the engine (see filterfd.go), where the
+	// engine has the program and the image's init can (runner feature
+	// "seccomp_fd"); elsewhere libcontainer loads it, as for any jail.
+	// Such a jail's Start takes only the image's init, and Exec nothing.
+	InitLoadsFilter bool
 }
 
 // Jail is one live jail: its run directory, container and first process.
@@ -79,6 +87,9 @@ type Jail struct {
 	limits Limits // what the jail has now (Resize changes them)
 	// resizeFailed: the last Resize failed part way.
 	resizeFailed bool
+	// filterByInit: libcontainer loads no filter; the first process, the
+	// image's init, loads the engine's program (Spec.InitLoadsFilter).
+	filterByInit bool
 	started      bool
 	peak         *os.File // memory.peak opened and reset by Resize (cgroup v2, Linux 6.12+)
 	// mntns holds the jail's mount namespace from its start to its
@@ -171,6 +182,10 @@ func (e *Engine) Create(sp Spec) (_ *Jail, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if sp.InitLoadsFilter && e.filterProg != nil && im.img.Manifest.RunnerCan(FeatureSeccompFD) {
+		cfg.Seccomp = nil
+		j.filterByInit = true
+	}
 	if j.c, err = libcontainer.Create(e.stateDir, j.id, cfg); err != nil {
 		return nil, fmt.Errorf("create jail: %w", err)
 	}
@@ -217,6 +232,26 @@ func (j *Jail) Start(p Process) error {
 	j.started = true
 	l := j.limits
 	j.mu.Unlock()
+	if j.filterByInit {
+		// Fail closed: no process but the image's init, told where the
+		// filter is, runs in a jail whose filter libcontainer does not load.
+		if len(p.Args) == 0 || p.Args[0] != j.Manifest().Init {
+			err := fmt.Errorf("jail %s: its filter is loaded by the image's init, not by %q", j.id, p.Args)
+			j.exit = Exit{Code: -1, Err: err}
+			close(j.done)
+			return err
+		}
+		f, err := j.e.filterFile()
+		if err != nil {
+			j.exit = Exit{Code: -1, Err: err}
+			close(j.done)
+			return fmt.Errorf("start jail: %w", err)
+		}
+		defer f.Close()
+		fd := 3 + len(p.ExtraFiles)
+		p.ExtraFiles = append(slices.Clip(p.ExtraFiles), f)
+		p.Args = append([]string{p.Args[0], "--seccomp-fd", strconv.Itoa(fd)}, p.Args[1:]...)
+	}
 	proc := p.process(l)
 	proc.Init = true
 	if err := j.c.Run(proc); err != nil {
@@ -289,6 +324,10 @@ func (j *Jail) Exec(p Process) (*Proc, error) {
 	j.mu.Unlock()
 	if !started {
 		return nil, fmt.Errorf("jail %s: Exec before Start", j.id)
+	}
+	if j.filterByInit {
+		// libcontainer would start it without the jail's filter.
+		return nil, fmt.Errorf("jail %s: Exec in a jail whose filter its init loaded", j.id)
 	}
 	select {
 	case <-j.done:

@@ -39,7 +39,9 @@ func (st *started) Destroy() {
 // pipes, which a session needs (see session.go). On error nothing is left
 // behind.
 func (s *Service) start(image string, l jail.Limits, network *jail.Network, files []File, command []string, env map[string]string, warm bool, preimport []string, control bool) (_ *started, retErr error) {
-	j, err := s.e.Create(jail.Spec{Image: image, Limits: l, Network: network})
+	// The runner's jail has the image's init as its first process, which
+	// loads the filter compiled once; a command runs as the first process.
+	j, err := s.e.Create(jail.Spec{Image: image, Limits: l, Network: network, InitLoadsFilter: command == nil})
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,11 @@
 /*
- * jaild's pid 1 in a jail: /opt/jaild/init PROGRAM [ARG...]
+ * jaild's pid 1 in a jail: /opt/jaild/init [--seccomp-fd N] PROGRAM [ARG...]
+ *
+ * With --seccomp-fd, before anything else: reads the jail's seccomp filter
+ * (a program of struct sock_filter, compiled once by the daemon, in a
+ * sealed memfd) from fd N, closes it and loads it; if that fails, ends
+ * (exit 2) before PROGRAM starts. The daemon then has libcontainer load no
+ * filter of its own (internal/jail/filterfd.go).
  *
  * Starts PROGRAM (the runner, which runs the user's code in its own
  * process), reaps every process that ends up its child, and when PROGRAM
@@ -36,6 +42,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -43,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,8 +104,54 @@ static pid_t spawn(char **argv, const sigset_t *mask)
 	return child;
 }
 
+/* Loads the filter on fd ARG (see the top); 0 on success. */
+static int load_filter(const char *arg)
+{
+	static struct sock_filter insns[4096 + 1]; /* BPF_MAXINSNS, and one to see more */
+	char *end;
+	errno = 0;
+	long fd = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || fd < 3 || fd > 1024) {
+		errno = EINVAL;
+		return -1;
+	}
+	size_t got = 0;
+	for (;;) {
+		ssize_t r = read((int)fd, (char *)insns + got, sizeof insns - got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+		if (got == sizeof insns) {
+			errno = E2BIG;
+			return -1;
+		}
+	}
+	close((int)fd);
+	if (got == 0 || got % sizeof insns[0]) {
+		errno = EINVAL;
+		return -1;
+	}
+	struct sock_fprog prog = {.len = (unsigned short)(got / sizeof insns[0]), .filter = insns};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		return -1;
+	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 3 && strcmp(argv[1], "--seccomp-fd") == 0) {
+		if (load_filter(argv[2]) != 0) {
+			fprintf(stderr, "jaild init: cannot load the jail's seccomp filter: %s\n", strerror(errno));
+			return 2;
+		}
+		argv += 2;
+		argc -= 2;
+	}
 	if (argc < 2) {
 		fputs("usage: init PROGRAM [ARG...]\n", stderr);
 		return 2;

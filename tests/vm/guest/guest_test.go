@@ -672,6 +672,19 @@ print('forked')`, marker)})
 		}
 	})
 
+	t.Run("the seccomp filter is compiled once under systemd", func(t *testing.T) {
+		// The daemon reads libcontainer's program back at start (ptrace of
+		// a helper) and warns when it cannot: then every jail's init
+		// compiles the filter again.
+		out := run(t, "journalctl", "-u", unit, "--no-pager", "-o", "cat")
+		if strings.Contains(out, "seccomp filter not compiled ahead") {
+			t.Fatalf("the daemon could not compile the filter ahead:\n%s", out)
+		}
+		if !strings.Contains(out, `"msg":"audit"`) {
+			t.Fatalf("no journal from the daemon:\n%s", out)
+		}
+	})
+
 	t.Run("egress on request, loopback only otherwise", func(t *testing.T) {
 		upstream(t)
 		restartWith(t, "[network]\nenabled = true\nallow_group = \"\"\ndns = [\"198.51.100.10:53\"]\n[pool]\nsize = 0\nplain_size = 0")
