@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -39,6 +40,9 @@ const filterExportArg = "jaild-seccomp-export"
 
 // maxFilterInsns is the kernel's bound on a filter's length (BPF_MAXINSNS).
 const maxFilterInsns = 4096
+
+// filterExportTimeout bounds the helper's whole life (it takes ~7 ms).
+const filterExportTimeout = 10 * time.Second
 
 // exportFilter is the helper: it reads a libcontainer seccomp config
 // (JSON) on stdin, loads it on its own thread as libcontainer loads it in a
@@ -105,16 +109,26 @@ func filterProgram(cfg *configs.Seccomp) ([]byte, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	// A helper that stalls must not hold the daemon's start: killed, it
+	// fails the reads and waits below, and libcontainer loads the filter.
+	stall := time.AfterFunc(filterExportTimeout, func() { _ = cmd.Process.Kill() })
+	defer stall.Stop()
+	waited := false
 	defer func() {
 		_ = cmd.Process.Kill()
 		stdin.Close()
-		_ = cmd.Wait()
+		if !waited {
+			_ = cmd.Wait()
+		}
 	}()
 	if _, err := stdin.Write(in); err != nil {
 		return nil, err
 	}
 	line, err := bufio.NewReader(io.LimitReader(stdout, 32)).ReadString('\n')
 	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // stderr is whole only then
+		waited = true
 		return nil, fmt.Errorf("helper: %v %s", err, strings.TrimSpace(stderr.String()))
 	}
 	tid, err := strconv.Atoi(strings.TrimSpace(line))

@@ -51,7 +51,8 @@ func filterOf(t *testing.T, pid int) []byte {
 	return prog
 }
 
-func seccompFilters(t *testing.T, pid int) string {
+// statusLine is the value of field name in /proc/<pid>/status.
+func statusLine(t *testing.T, pid int, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
@@ -59,12 +60,14 @@ func seccompFilters(t *testing.T, pid int) string {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Seccomp_filters:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
 			return strings.TrimSpace(v)
 		}
 	}
 	return ""
 }
+
+func seccompFilters(t *testing.T, pid int) string { return statusLine(t, pid, "Seccomp_filters") }
 
 // The filter a jail's init loads from the engine's program is the one
 // libcontainer loads itself, instruction for instruction: both are read
@@ -101,8 +104,15 @@ func TestJailFilterLoadedByInit(t *testing.T) {
 	}
 	lc, _ := start(false)
 	byInit, _ := start(true)
-	fromLibcontainer := filterOf(t, jailPID(t, lc, "cat"))
+	lcCat := jailPID(t, lc, "cat")
+	fromLibcontainer := filterOf(t, lcCat)
 	catPID := jailPID(t, byInit, "cat")
+	// What filter flags and no_new_privs show: the same in both.
+	for _, name := range []string{"Seccomp", "NoNewPrivs", "Speculation_Store_Bypass", "Seccomp_filters"} {
+		if a, b := statusLine(t, lcCat, name), statusLine(t, catPID, name); a != b {
+			t.Errorf("%s: %q under libcontainer's filter, %q under the init's", name, a, b)
+		}
+	}
 	fromInit := filterOf(t, catPID)
 	if !bytes.Equal(fromLibcontainer, testEngine.filterProg) {
 		t.Errorf("libcontainer's filter (%d bytes) differs from the engine's program (%d bytes)", len(fromLibcontainer), len(testEngine.filterProg))
@@ -135,33 +145,49 @@ func TestJailFilterLoadedByInit(t *testing.T) {
 // The image's init refuses to start its program when the filter cannot be
 // loaded: a jail whose init gets no valid program ends before Python.
 func TestJailInitFilterFailsClosed(t *testing.T) {
-	j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Destroy()
-	bad, err := os.CreateTemp("", "jaild-bad-filter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(bad.Name())
-	defer bad.Close()
-	if _, err := bad.Write([]byte{1, 2, 3}); err != nil { // not a whole instruction
-		t.Fatal(err)
-	}
-	if _, err := bad.Seek(0, 0); err != nil {
-		t.Fatal(err)
-	}
-	errR, errW, _ := os.Pipe()
-	defer errR.Close()
-	if err := j.Start(Process{Args: []string{j.Manifest().Init, "--seccomp-fd", "3", "/bin/echo", "ran"}, ExtraFiles: []*os.File{bad}, Stderr: errW, Stdout: errW}); err != nil {
-		t.Fatal(err)
-	}
-	errW.Close()
-	b, _ := io.ReadAll(io.LimitReader(errR, 1<<16))
-	out := string(b)
-	<-j.Done()
-	if x := j.Exit(); x.Code != 2 || strings.Contains(out, "ran") || !strings.Contains(out, "cannot load the jail's seccomp filter") {
-		t.Errorf("exit %+v, output %q: want exit 2 before the program, with the reason", x, out)
+	for _, c := range []struct {
+		name string
+		prog []byte // nil: no fd at all
+	}{
+		{"not a whole instruction", []byte{1, 2, 3}},
+		{"empty", []byte{}},
+		{"an instruction the kernel refuses", []byte{0xff, 0xff, 0, 0, 0, 0, 0, 0}},
+		{"no such fd", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Destroy()
+			var extra []*os.File
+			if c.prog != nil {
+				f, err := os.CreateTemp("", "jaild-bad-filter")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer os.Remove(f.Name())
+				defer f.Close()
+				if _, err := f.Write(c.prog); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Seek(0, 0); err != nil {
+					t.Fatal(err)
+				}
+				extra = []*os.File{f}
+			}
+			errR, errW, _ := os.Pipe()
+			defer errR.Close()
+			if err := j.Start(Process{Args: []string{j.Manifest().Init, "--seccomp-fd", "3", "/bin/echo", "ran"}, ExtraFiles: extra, Stderr: errW, Stdout: errW}); err != nil {
+				t.Fatal(err)
+			}
+			errW.Close()
+			b, _ := io.ReadAll(io.LimitReader(errR, 1<<16))
+			out := string(b)
+			<-j.Done()
+			if x := j.Exit(); x.Code != 2 || strings.Contains(out, "ran") || !strings.Contains(out, "cannot load the jail's seccomp filter") {
+				t.Errorf("exit %+v, output %q: want exit 2 before the program, with the reason", x, out)
+			}
+		})
 	}
 }

@@ -137,7 +137,7 @@ var allowedPython = map[string]bool{
 }
 
 // ValidateEnv checks caller-supplied variables: names are identifiers, not
-// reserved by the engine, not LD_*, and PYTHON* only from a small set;
+// reserved by the engine, not LD_*, GLIBC_TUNABLES or MALLOC_*, and PYTHON* only from a small set;
 // values have no NUL; count and sizes are bounded.
 func ValidateEnv(env map[string]string) error {
 	if len(env) > MaxEnvVars {
@@ -151,6 +151,10 @@ func ValidateEnv(env map[string]string) error {
 			return errdefs.Field("env", "%s is set by jaild and cannot be overridden", k)
 		case strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "_LIBCONTAINER") || strings.HasPrefix(k, "JAILD_"):
 			return errdefs.Field("env", "%s is not allowed", k)
+		case k == "GLIBC_TUNABLES" || strings.HasPrefix(k, "MALLOC_"):
+			// glibc parses them as a process starts, before main: the
+			// jail's init then has not loaded the jail's filter yet.
+			return errdefs.Field("env", "%s is not allowed (glibc start-up settings)", k)
 		case strings.HasPrefix(k, "PYTHON") && !allowedPython[k]:
 			return errdefs.Field("env", "%s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", k)
 		case len(v) > MaxEnvValBytes || strings.IndexByte(v, 0) >= 0:

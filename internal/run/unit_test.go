@@ -18,6 +18,7 @@ func TestValidateEnv(t *testing.T) {
 	for _, env := range []map[string]string{
 		{"LD_PRELOAD": "/x.so"}, {"PATH": "/x"}, {"PYTHONHOME": "/x"}, {"PYTHONSTARTUP": "x"},
 		{"1BAD": "x"}, {"A-B": "x"}, {"A": "x\x00y"}, {"_LIBCONTAINER_INITPIPE": "3"},
+		{"GLIBC_TUNABLES": "glibc.malloc.check=3"}, {"MALLOC_ARENA_MAX": "2"},
 	} {
 		if err := ValidateEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("ValidateEnv(%v) = %v, want ErrInvalid", env, err)
