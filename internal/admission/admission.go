@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/peer"
 )
 
 // Config configures a Controller.
@@ -22,37 +23,11 @@ type Config struct {
 	DailyQuota    int64         // per uid per UTC day; 0: unlimited
 }
 
-// Caller identifies who asks: a local uid (SO_PEERCRED on the socket), or
-// a client of the TLS listener, named by its certificate, with a uid of
-// its own (outside the range of local uids) that its sessions, files,
-// rate and quota are kept under.
-type Caller struct {
-	UID   uint32
-	PID   int32 // -1 for a TLS client
-	Admin bool
-	// Network: the caller may ask for egress (the daemon's network policy).
-	Network bool
-	// Client names a TLS client; "" for a local caller.
-	Client string
-	// Limits, when set, replace the configured rate and quota for this
-	// caller (a TLS client's own).
-	Limits *Limits
-}
+// Caller is who asks (see peer.Caller).
+type Caller = peer.Caller
 
-// Limits are a caller's rate limit and daily quota.
-type Limits struct {
-	RatePerMinute float64 // 0: unlimited
-	Burst         int
-	DailyQuota    int64 // 0: unlimited
-}
-
-// Who names the caller in messages: `uid 1000` or `client "agent-a"`.
-func (c Caller) Who() string {
-	if c.Client != "" {
-		return fmt.Sprintf("client %q", c.Client)
-	}
-	return fmt.Sprintf("uid %d", c.UID)
-}
+// Limits are a caller's rate limit and daily quota (see peer.Limits).
+type Limits = peer.Limits
 
 // RetryError is a refusal that tells the caller when to try again. It
 // unwraps to errdefs.ErrRateLimited or errdefs.ErrBusy.

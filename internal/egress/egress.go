@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/allowlist"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // AlwaysDenied are destinations no run reaches, whatever its allowlist:
@@ -419,10 +420,7 @@ func prefixNet(a netip.Addr) *netIPNet {
 }
 
 // Usage is a run's traffic, read from the host side of its veth.
-type Usage struct {
-	BytesSent     uint64 // from the jail
-	BytesReceived uint64 // to the jail
-}
+type Usage = spec.NetworkUsage
 
 // Refused is the number of runs' packets refused so far (a datagram, a
 // TCP SYN and any retry of it):

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/seccomp"
 )
 
@@ -301,14 +302,7 @@ func (e *Engine) cgroupPath(id string) string {
 }
 
 // JailCounts are the engine's counts for the daemon's metrics.
-type JailCounts struct {
-	Alive            int64  // jails created and not destroyed yet (warm ones and sessions included)
-	TeardownFailures uint64 // teardowns that failed or overran their deadline (their host id range stays out of use)
-	Swept            uint64 // jails of a predecessor removed by the start-up sweep
-	// EgressRefused counts runs' refused packets (0 without
-	// egress; see egress.Manager.Refused).
-	EgressRefused uint64
-}
+type JailCounts = spec.JailCounts
 
 // JailCounts returns the engine's counts.
 func (e *Engine) JailCounts() JailCounts {

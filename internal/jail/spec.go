@@ -8,7 +8,6 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 )
 
 // Paths masked and made read-only in every jail: runc's and Docker's
@@ -101,60 +100,11 @@ func (e *Engine) config(j *Jail, l Limits) (*configs.Config, error) {
 	return cfg, nil
 }
 
-type rlimit struct {
-	name       string // the Linux name (RLIMIT_AS)
-	typ        int
-	soft, hard uint64
-}
-
-// limitsOf derives the process rlimits from the run's limits. RLIMIT_CPU
-// is a backstop for the wall-clock timer (a multi-threaded run can burn
-// CPU faster than wall time): SIGXCPU one second past the timeout, SIGKILL
-// one second later.
-func limitsOf(l Limits) []rlimit {
-	cpu := uint64((l.Timeout.Milliseconds()+999)/1000) + 1
-	same := func(name string, t int, v int64) rlimit { return rlimit{name, t, uint64(v), uint64(v)} }
-	return []rlimit{
-		same("RLIMIT_AS", unix.RLIMIT_AS, l.AddressSpaceBytes),
-		{"RLIMIT_CPU", unix.RLIMIT_CPU, cpu, cpu + 1},
-		same("RLIMIT_NPROC", unix.RLIMIT_NPROC, l.Pids),
-		same("RLIMIT_FSIZE", unix.RLIMIT_FSIZE, l.FileSizeBytes),
-		same("RLIMIT_NOFILE", unix.RLIMIT_NOFILE, l.OpenFiles),
-		same("RLIMIT_STACK", unix.RLIMIT_STACK, l.StackBytes),
-		same("RLIMIT_CORE", unix.RLIMIT_CORE, 0),
-		same("RLIMIT_MEMLOCK", unix.RLIMIT_MEMLOCK, 64<<10),
-		same("RLIMIT_MSGQUEUE", unix.RLIMIT_MSGQUEUE, 0),
-	}
-}
-
 // rlimits are the jail's rlimits in libcontainer's form.
 func rlimits(l Limits) []configs.Rlimit {
 	var out []configs.Rlimit
-	for _, r := range limitsOf(l) {
-		out = append(out, configs.Rlimit{Type: r.typ, Soft: r.soft, Hard: r.hard})
+	for _, r := range l.Rlimits() {
+		out = append(out, configs.Rlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
 	}
 	return out
-}
-
-// RlimitsByName are the rlimits of a jail with limits l, soft and hard, by
-// their Linux names (RLIMIT_AS, ...): for a program in a jail created with
-// higher limits to lower its own (setrlimit needs no privilege for that).
-func (l Limits) RlimitsByName() map[string][2]uint64 {
-	out := map[string][2]uint64{}
-	for _, r := range limitsOf(l) {
-		out[r.name] = [2]uint64{r.soft, r.hard}
-	}
-	return out
-}
-
-// FitsUnder reports whether every rlimit of l is at most the one of
-// created, so that a jail created with created can serve l by lowering.
-func (l Limits) FitsUnder(created Limits) bool {
-	want, have := limitsOf(l), limitsOf(created)
-	for i := range want {
-		if want[i].soft > have[i].soft || want[i].hard > have[i].hard {
-			return false
-		}
-	}
-	return true
 }

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jaild/jaild/internal/pool"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,7 +30,16 @@ const (
 type Pool struct {
 	Size, Ready, PlainSize, PlainReady int
 	// Refill and PlainRefill time the creations of each kind of jail.
-	Refill, PlainRefill pool.Refills
+	Refill, PlainRefill Refills
+}
+
+// Refills time the creations of one kind of warm jail: a histogram (see
+// pool.Refills) and the creations that failed.
+type Refills struct {
+	Count   uint64             // jails made
+	Sum     float64            // seconds they took together
+	Buckets map[float64]uint64 // upper bound in seconds → jails made within it (cumulative)
+	Failed  uint64
 }
 
 // Jails are the jail engine's counts (see jail.JailCounts).
@@ -289,16 +296,8 @@ func (c *poolRefills) Describe(ch chan<- *prometheus.Desc) { ch <- c.hist; ch <-
 
 func (c *poolRefills) Collect(ch chan<- prometheus.Metric) {
 	p := c.f()
-	for kind, r := range map[string]pool.Refills{"preloaded": p.Refill, "plain": p.PlainRefill} {
-		buckets := make(map[float64]uint64, len(pool.RefillBuckets))
-		for i, b := range pool.RefillBuckets {
-			if i < len(r.Buckets) {
-				buckets[b] = r.Buckets[i]
-			} else {
-				buckets[b] = 0
-			}
-		}
-		ch <- prometheus.MustNewConstHistogram(c.hist, r.Count, r.Sum, buckets, kind)
+	for kind, r := range map[string]Refills{"preloaded": p.Refill, "plain": p.PlainRefill} {
+		ch <- prometheus.MustNewConstHistogram(c.hist, r.Count, r.Sum, r.Buckets, kind)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(r.Failed), kind)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/jaild/jaild/internal/metrics/metricstest"
-	"github.com/jaild/jaild/internal/pool"
 )
 
 // full is a Metrics with every source, each run and refusal kind seen once,
@@ -26,7 +25,7 @@ func full(t *testing.T) *Metrics {
 		Pool: func() Pool {
 			return Pool{Size: 4, Ready: 3, PlainSize: 2, PlainReady: 1,
 				// 0.03 s and 0.7 s made, one failed.
-				Refill: pool.Refills{Count: 2, Sum: 0.73, Buckets: []uint64{0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, Failed: 1}}
+				Refill: Refills{Count: 2, Sum: 0.73, Buckets: map[float64]uint64{0.01: 0, 0.025: 0, 0.05: 1, 0.1: 1, 0.25: 1, 0.5: 1, 1: 2, 2.5: 2, 5: 2, 10: 2}, Failed: 1}}
 		},
 		Sessions: func() (int, int) { return 5, 1 },
 		SessionTotals: func() (uint64, map[string]uint64) {
@@ -263,7 +262,7 @@ func checkRefillBuckets(t *testing.T, m *Metrics) {
 			for _, b := range mt.GetHistogram().GetBucket() {
 				got[b.GetUpperBound()] = b.GetCumulativeCount()
 			}
-			if got[0.025] != 0 || got[0.05] != 1 || got[0.5] != 1 || got[1] != 2 || got[10] != 2 || len(got) != len(pool.RefillBuckets) {
+			if got[0.025] != 0 || got[0.05] != 1 || got[0.5] != 1 || got[1] != 2 || got[10] != 2 || len(got) != 10 {
 				t.Errorf("preloaded refill buckets %v", got)
 			}
 			return

@@ -31,7 +31,7 @@ func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Resu
 	)
 	stdout := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &runner.Capture{Limit: req.Limits.OutputBytes, OnOverflow: stdout.OnOverflow}
-	req.Output.attach(stdout, stderr)
+	attachOutput(req.Output, stdout, stderr)
 	records := &runner.Capture{Limit: runner.MaxRecordBytes}
 	base := j.Stats()
 	var readers sync.WaitGroup
@@ -159,9 +159,9 @@ func storeTaker(sink FileSink, log *slog.Logger) workspace.Taker {
 	}}
 }
 
-// attach makes o the consumer of two captures' kept bytes, instead of
-// their buffers; a nil o changes nothing.
-func (o OutputFunc) attach(stdout, stderr *runner.Capture) {
+// attachOutput makes o the consumer of two captures' kept bytes, instead
+// of their buffers; a nil o changes nothing.
+func attachOutput(o OutputFunc, stdout, stderr *runner.Capture) {
 	if o == nil {
 		return
 	}

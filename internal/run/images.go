@@ -10,6 +10,7 @@ import (
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/pool"
 	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // ImagePool is one image's warm pool: Size preloaded jails (which imported
@@ -38,11 +39,7 @@ func (im *servedImage) key(kind string) pool.Key {
 }
 
 // ImageStats describes one image the service serves.
-type ImageStats struct {
-	Name     string
-	Default  bool
-	Manifest *rootfs.Manifest
-}
+type ImageStats = spec.ImageStats
 
 // SetImages makes the service serve the images pools names (those its
 // engine has: call it after the engine's AddImage, and before its

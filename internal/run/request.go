@@ -1,248 +1,39 @@
 package run
 
-import (
-	"bytes"
-	"fmt"
-	"io"
-	"os"
-	"strings"
-	"time"
+import "github.com/jaild/jaild/internal/run/spec"
 
-	"github.com/jaild/jaild/internal/egress"
-	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
-	"github.com/jaild/jaild/internal/lazyre"
-	"github.com/jaild/jaild/internal/runner"
-	"github.com/jaild/jaild/internal/workspace"
+// The run service's vocabulary lives in spec, so that its callers need
+// not import this package's dependencies (the jail, the runner, the
+// workspace); these names are this package's own for it.
+type (
+	File       = spec.File
+	OutputFunc = spec.OutputFunc
+	FileSink   = spec.FileSink
+	Hooks      = spec.Hooks
+	Request    = spec.Request
+	Status     = spec.Status
+	Result     = spec.Result
 )
-
-// File is a file written into the workspace before the run starts: Data,
-// or Size bytes of Src from its start (a file of the store, copied by the
-// kernel: it never passes through the daemon's memory). The caller owns
-// Src and closes it after the run.
-type File struct {
-	Path string // relative to the workspace; see workspace.ValidatePath
-	Data []byte
-	Src  *os.File
-	Size int64
-}
-
-// size is the file's length.
-func (f *File) size() int64 {
-	if f.Src != nil {
-		return f.Size
-	}
-	return int64(len(f.Data))
-}
-
-// reader reads the file's content from its start (a file written twice,
-// into a warm jail that could not serve and then a cold one, is read whole
-// each time). A Src is an *os.File behind an io.LimitedReader, which
-// io.Copy into the workspace turns into copy_file_range or sendfile.
-func (f *File) reader() io.Reader {
-	if f.Src != nil {
-		if _, err := f.Src.Seek(0, io.SeekStart); err != nil {
-			return errReader{err}
-		}
-		return io.LimitReader(f.Src, f.Size)
-	}
-	return bytes.NewReader(f.Data)
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-
-// OutputFunc receives a run's output as it is captured: stream 1 is
-// stdout, 2 stderr; p holds the bytes kept within the output cap (a
-// consumer sees at most the cap of each stream). It must not block or
-// keep p.
-type OutputFunc func(stream int, p []byte)
-
-// FileSink takes returned files into the file store: Put streams r (size
-// bytes) in and returns the stored copy's id and sha256. An error of an
-// errdefs class is the caller's (a quota); its message is reported on the
-// file.
-type FileSink interface {
-	Put(name string, r io.Reader, size int64) (id, sha256 string, err error)
-}
-
-// Hooks are a request's optional live consumers; the zero value has none.
-type Hooks struct {
-	// Output receives the run's output as it arrives; the Result's
-	// Stdout and Stderr are then empty (only the truncation flags are
-	// set): the consumer had every byte.
-	Output OutputFunc
-	// OnStart is called once the jail is ready and the code is about to
-	// run, with the run's id and whether it is warm.
-	OnStart func(id string, warm bool)
-	// Store, when set, takes the returned files instead of reading them
-	// into memory (return_files_as "store").
-	Store FileSink
-}
-
-// Request describes one run.
-type Request struct {
-	// Code is the Python source the runner executes as __main__.
-	Code string
-	// Command, when set, runs this argv instead of the Python runner (used
-	// for ruff); Code, LastLineInteractive and figures do not apply then.
-	Command []string
-	// Stdin is the program's standard input; nil means empty.
-	Stdin []byte
-	// Files are written into the workspace before the program starts.
-	Files []File
-	// ReturnFiles are patterns (relative to the workspace; *, ? and [..]
-	// within a name, ** across directories) of files to read back.
-	ReturnFiles []string
-	// LastLineInteractive asks the runner to report the value of a final
-	// expression statement, as a REPL would.
-	LastLineInteractive bool
-	// Env adds variables to the jail's environment; see ValidateEnv.
-	Env    map[string]string
-	Limits jail.Limits
-	// Network, when set, gives the run egress (the jail engine needs a
-	// Config.Network); nil means loopback only.
-	Network *jail.Network
-	// Image names the image to run in (Service.Images); "" is the
-	// default.
-	Image string
-	Hooks
-}
 
 // Bounds on the request's own shape.
 const (
-	MaxFiles        = 1000
-	MaxPatterns     = 64
-	MaxEnvVars      = 64
-	MaxEnvNameBytes = 128
-	MaxEnvValBytes  = 4096
+	MaxFiles        = spec.MaxFiles
+	MaxPatterns     = spec.MaxPatterns
+	MaxEnvVars      = spec.MaxEnvVars
+	MaxEnvNameBytes = spec.MaxEnvNameBytes
+	MaxEnvValBytes  = spec.MaxEnvValBytes
 )
-
-var envName = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// reservedEnv are set by the engine and cannot be overridden.
-var reservedEnv = map[string]bool{
-	"PATH": true, "HOME": true, "MPLBACKEND": true, "MPLCONFIGDIR": true,
-	"OPENBLAS_NUM_THREADS": true, "OMP_NUM_THREADS": true, "MKL_NUM_THREADS": true,
-	"NUMEXPR_NUM_THREADS": true, "VECLIB_MAXIMUM_THREADS": true,
-}
-
-// allowedPython are the PYTHON* variables a caller may set; the others
-// (PYTHONHOME, PYTHONSTARTUP, ...) would change how the runner starts.
-var allowedPython = map[string]bool{
-	"PYTHONPATH": true, "PYTHONHASHSEED": true, "PYTHONIOENCODING": true,
-	"PYTHONUTF8": true, "PYTHONWARNINGS": true, "PYTHONFAULTHANDLER": true,
-	"PYTHONUNBUFFERED": true,
-}
-
-// ValidateEnv checks caller-supplied variables: names are identifiers, not
-// reserved by the engine, not LD_*, GLIBC_TUNABLES or MALLOC_*, and PYTHON* only from a small set;
-// values have no NUL; count and sizes are bounded.
-func ValidateEnv(env map[string]string) error {
-	if len(env) > MaxEnvVars {
-		return errdefs.Field("env", "at most %d variables", MaxEnvVars)
-	}
-	for k, v := range env {
-		switch {
-		case len(k) > MaxEnvNameBytes || !envName.MatchString(k):
-			return errdefs.Field("env", "name %q must match [A-Za-z_][A-Za-z0-9_]* and be at most %d bytes", k, MaxEnvNameBytes)
-		case reservedEnv[k]:
-			return errdefs.Field("env", "%s is set by jaild and cannot be overridden", k)
-		case strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "_LIBCONTAINER") || strings.HasPrefix(k, "JAILD_"):
-			return errdefs.Field("env", "%s is not allowed", k)
-		case k == "GLIBC_TUNABLES" || strings.HasPrefix(k, "MALLOC_"):
-			// glibc parses them as a process starts, before main: the
-			// jail's init then has not loaded the jail's filter yet.
-			return errdefs.Field("env", "%s is not allowed (glibc start-up settings)", k)
-		case strings.HasPrefix(k, "PYTHON") && !allowedPython[k]:
-			return errdefs.Field("env", "%s is not allowed (PYTHON* variables allowed: PYTHONPATH, PYTHONHASHSEED, PYTHONIOENCODING, PYTHONUTF8, PYTHONWARNINGS, PYTHONFAULTHANDLER, PYTHONUNBUFFERED)", k)
-		case len(v) > MaxEnvValBytes || strings.IndexByte(v, 0) >= 0:
-			return errdefs.Field("env", "%s: the value must be at most %d bytes without NUL", k, MaxEnvValBytes)
-		}
-	}
-	return nil
-}
-
-// Validate checks the whole request; the error is of class errdefs.ErrInvalidArgument.
-func (r *Request) Validate() error {
-	if err := r.Limits.Validate(); err != nil {
-		return err
-	}
-	if len(r.Command) == 0 && r.Code == "" && len(r.Files) == 0 {
-		return errdefs.New(errdefs.ErrInvalidArgument, "code is empty")
-	}
-	if strings.IndexByte(r.Code, 0) >= 0 {
-		return errdefs.New(errdefs.ErrInvalidArgument, "code contains NUL")
-	}
-	if len(r.Files) > MaxFiles {
-		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d files", MaxFiles)
-	}
-	seen := make(map[string]bool, len(r.Files))
-	var total int64
-	for _, f := range r.Files {
-		if err := workspace.ValidatePath(f.Path); err != nil {
-			return fmt.Errorf("files: %w", err)
-		}
-		if seen[f.Path] {
-			return errdefs.New(errdefs.ErrInvalidArgument, "files: duplicate path %q", f.Path)
-		}
-		seen[f.Path] = true
-		total += f.size()
-	}
-	if total > r.Limits.WorkspaceBytes {
-		return errdefs.New(errdefs.ErrInvalidArgument, "files total %d bytes, more than the workspace size %d", total, r.Limits.WorkspaceBytes)
-	}
-	if len(r.ReturnFiles) > MaxPatterns {
-		return errdefs.New(errdefs.ErrInvalidArgument, "at most %d return_files patterns", MaxPatterns)
-	}
-	for _, p := range r.ReturnFiles {
-		if err := workspace.ValidatePattern(p); err != nil {
-			return fmt.Errorf("return_files: %w", err)
-		}
-	}
-	return ValidateEnv(r.Env)
-}
-
-// Status is the outcome of a run.
-type Status string
 
 // Statuses, most specific first in the order Run decides them.
 const (
-	StatusOK          Status = "ok"           // exited 0
-	StatusError       Status = "error"        // exited non-zero
-	StatusTimeout     Status = "timeout"      // wall-clock limit reached
-	StatusMemoryLimit Status = "memory_limit" // the cgroup OOM killer fired
-	StatusCPULimit    Status = "cpu_limit"    // RLIMIT_CPU reached
-	StatusOutputLimit Status = "output_limit" // an output stream passed its cap
-	StatusKilled      Status = "killed"       // killed by a signal, or cancelled
+	StatusOK          = spec.StatusOK
+	StatusError       = spec.StatusError
+	StatusTimeout     = spec.StatusTimeout
+	StatusMemoryLimit = spec.StatusMemoryLimit
+	StatusCPULimit    = spec.StatusCPULimit
+	StatusOutputLimit = spec.StatusOutputLimit
+	StatusKilled      = spec.StatusKilled
 )
 
-// Result is everything a run produced. Every byte in it came from the jail
-// and has been bounded; text fields may hold invalid UTF-8.
-type Result struct {
-	ID              string
-	Image           string // the name of the image it ran in
-	Status          Status
-	ExitCode        int // -1 when killed by a signal
-	Signal          int // 0 when exited normally
-	Stdout, Stderr  []byte
-	StdoutTruncated bool
-	StderrTruncated bool
-	TimedOut        bool
-	OOMKilled       bool
-	Cancelled       bool
-	Duration        time.Duration
-	CPUTime         time.Duration
-	PeakMemoryBytes uint64
-	Exception       *runner.Exception
-	ResultRepr      *string
-	Figures         []workspace.Figure // PNGs saved by the runner from matplotlib figures
-	Files           []workspace.File
-	Warm            bool // served by a jail from the warm pool
-	// Start is the time it took to have a jail ready for the run: taking
-	// one from the warm pool, or creating and starting a cold one (0 for
-	// a session's call).
-	Start   time.Duration
-	Network *egress.Usage // the run's traffic, when it had egress
-}
+// ValidateEnv checks caller-supplied variables (see spec.ValidateEnv).
+func ValidateEnv(env map[string]string) error { return spec.ValidateEnv(env) }

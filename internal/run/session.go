@@ -19,6 +19,7 @@ import (
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
 )
@@ -34,81 +35,35 @@ import (
 //
 // Between calls the session's cgroup is frozen: no process of it runs.
 
-// SessionSpec is what a session's jail is created with.
-type SessionSpec struct {
-	// Limits hold for the jail's whole life; Timeout bounds the CPU time
-	// of one interpreter (RLIMIT_CPU's hard limit): make it the session's
-	// lifetime. Each call has its own timeout and output bound.
-	Limits  jail.Limits
-	Network *jail.Network
-	// Image names the session's image; "" is the default.
-	Image string
-	Files []File
-	Env   map[string]string
-}
-
-// Call is one call of a session.
-type Call struct {
-	Code                string
-	Stdin               []byte
-	Files               []File
-	ReturnFiles         []string
-	LastLineInteractive bool
-	Timeout             time.Duration
-	OutputBytes         int64
-	Hooks
-}
-
-// Validate checks the call; the error is of class
-// errdefs.ErrInvalidArgument.
-func (c *Call) Validate() error {
-	r := Request{Code: c.Code, Files: c.Files, ReturnFiles: c.ReturnFiles, Limits: jail.DefaultLimits()}
-	r.Limits.Timeout, r.Limits.OutputBytes = c.Timeout, c.OutputBytes
-	r.Limits.WorkspaceBytes = 64 << 30 // the session's tmpfs bounds the files
-	if c.Code == "" {
-		return errdefs.New(errdefs.ErrInvalidArgument, "code is empty")
-	}
-	return r.Validate()
-}
-
-// CallResult is what one call produced, and what became of the session.
-type CallResult struct {
-	Result
-	// Count is the call's number in the session (execution_count).
-	Count int
-	// StateLost: the interpreter ended during the call (it would not stop
-	// at the interrupt, the OOM killer took it, it crashed or exited) and
-	// the next call gets a fresh one in the same jail, workspace and /tmp
-	// kept. LostReason says why.
-	StateLost  bool
-	LostReason string
-	// Ended: the session ended during the call (EndReason).
-	Ended     bool
-	EndReason string
-}
+// The session's vocabulary, in spec with the run's.
+type (
+	SessionSpec = spec.SessionSpec
+	Call        = spec.Call
+	CallResult  = spec.CallResult
+)
 
 // Reasons a session's interpreter was lost or the session ended.
 const (
-	LostTimeout     = "timeout"      // would not stop at the interrupt
-	LostMemory      = "memory_limit" // the OOM killer
-	LostCPU         = "cpu_limit"    // RLIMIT_CPU
-	LostOutput      = "output_limit" // would not stop writing at the interrupt
-	LostCancelled   = "cancelled"    // the client went away and it would not stop
-	LostCrashed     = "crashed"      // died by a signal of its own
-	LostExited      = "exited"       // the process exited (os._exit, ...)
-	EndLosses       = "repeated_losses"
-	EndJailEnded    = "jail_ended" // the jail's init ended
-	EndClosed       = "deleted"
-	EndShutdown     = "daemon_shutdown"
-	EndFreezeFailed = "freeze_failed" // the host could not freeze it between calls
-	EndRestartError = "restart_failed"
+	LostTimeout     = spec.LostTimeout
+	LostMemory      = spec.LostMemory
+	LostCPU         = spec.LostCPU
+	LostOutput      = spec.LostOutput
+	LostCancelled   = spec.LostCancelled
+	LostCrashed     = spec.LostCrashed
+	LostExited      = spec.LostExited
+	EndLosses       = spec.EndLosses
+	EndJailEnded    = spec.EndJailEnded
+	EndClosed       = spec.EndClosed
+	EndShutdown     = spec.EndShutdown
+	EndFreezeFailed = spec.EndFreezeFailed
+	EndRestartError = spec.EndRestartError
 )
 
 // Session tunables.
 const (
 	// InterruptGrace is how long code has to get back to the prompt
 	// after SIGINT before its interpreter is killed.
-	InterruptGrace = 2 * time.Second
+	InterruptGrace = spec.InterruptGrace
 	// MaxLosses in a row end a session.
 	MaxLosses = 3
 	// restartTimeout bounds a fresh interpreter's start by init.
@@ -391,7 +346,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	)
 	stdout := &runner.Capture{Limit: c.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
 	stderr := &runner.Capture{Limit: c.OutputBytes, OnOverflow: stdout.OnOverflow}
-	c.Output.attach(stdout, stderr)
+	attachOutput(c.Output, stdout, stderr)
 	ss.stdout.attach(stdout)
 	ss.stderr.attach(stderr)
 	ss.mu.Lock()

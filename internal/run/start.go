@@ -111,7 +111,7 @@ func writeFiles(j *jail.Jail, files []File, replace bool) error {
 		if replace {
 			put = d.Replace
 		}
-		if err := put(f.Path, f.reader(), j.HostUID(), j.HostGID()); err != nil {
+		if err := put(f.Path, f.Reader(), j.HostUID(), j.HostGID()); err != nil {
 			return err
 		}
 	}

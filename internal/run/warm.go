@@ -8,6 +8,7 @@ import (
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/lazyre"
 	"github.com/jaild/jaild/internal/pool"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // PoolConfig configures the warm pool: jails created ahead of requests,
@@ -41,14 +42,7 @@ type PoolConfig struct {
 }
 
 // PoolStats describes the pool for /v1/info.
-type PoolStats struct {
-	Size, Ready           int // preloaded jails
-	PlainSize, PlainReady int
-	Preimport             []string
-	Paused                bool // under memory pressure
-	// Refill and PlainRefill time the creations of each kind.
-	Refill, PlainRefill pool.Refills
-}
+type PoolStats = spec.PoolStats
 
 // The kinds of warm jail.
 const (

@@ -13,6 +13,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // Job is one job for the runner. Jobs go on fd 3 one per line (EncodeJob);
@@ -180,11 +182,7 @@ func EndOf(line []byte) (status, call int, ok bool) {
 }
 
 // Exception is the runner's record of an uncaught exception, validated.
-type Exception struct {
-	Type    string
-	Message string
-	Line    int // 0 when unknown
-}
+type Exception = spec.Exception
 
 // Records is what the runner reported for one job, validated.
 type Records struct {

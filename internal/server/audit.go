@@ -11,12 +11,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/metrics"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // auditor writes one structured line per request through slog and, when
@@ -42,7 +41,7 @@ func newAuditor(cfg config.Audit, log *slog.Logger) (*auditor, error) {
 	return a, nil
 }
 
-func (a *auditor) refused(who admission.Caller, op string, err error) {
+func (a *auditor) refused(who peer.Caller, op string, err error) {
 	status, typ := errdefs.Classify(err)
 	a.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"http_status", status, "error", typ, "reason", err.Error())
@@ -50,7 +49,7 @@ func (a *auditor) refused(who admission.Caller, op string, err error) {
 }
 
 // measure is what the metrics take of a run.
-func measure(res *run.Result, queued, total time.Duration) metrics.Run {
+func measure(res *spec.Result, queued, total time.Duration) metrics.Run {
 	m := metrics.Run{
 		Status: string(res.Status), Warm: res.Warm, JailStart: res.Start,
 		QueueWait: queued, Duration: res.Duration, Total: total,
@@ -61,7 +60,7 @@ func measure(res *run.Result, queued, total time.Duration) metrics.Run {
 	return m
 }
 
-func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res *run.Result, queued, total time.Duration) {
+func (a *auditor) ran(who peer.Caller, op, code string, l spec.Limits, res *spec.Result, queued, total time.Duration) {
 	sum := sha256.Sum256([]byte(code))
 	digest := hex.EncodeToString(sum[:])
 	a.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
@@ -78,7 +77,7 @@ func (a *auditor) ran(who admission.Caller, op, code string, l jail.Limits, res 
 	}
 }
 
-func (a *auditor) ranSession(who admission.Caller, id string, call int, code string, l jail.Limits, res *run.CallResult, queued, total time.Duration) {
+func (a *auditor) ranSession(who peer.Caller, id string, call int, code string, l spec.Limits, res *spec.CallResult, queued, total time.Duration) {
 	sum := sha256.Sum256([]byte(code))
 	a.log.Info("audit", "op", "session_execute", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
 		"session_id", id, "call", call, "run_id", res.ID, "code_sha256", hex.EncodeToString(sum[:]), "code_bytes", len(code),

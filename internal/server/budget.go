@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/peer"
 )
 
 // memBudget bounds the bytes the daemon holds for requests in flight:
@@ -31,7 +31,7 @@ func newMemBudget(max int64) *memBudget {
 }
 
 // share is the most one caller may hold.
-func (b *memBudget) share(who admission.Caller) int64 {
+func (b *memBudget) share(who peer.Caller) int64 {
 	if who.Admin {
 		return b.max
 	}
@@ -48,11 +48,11 @@ func (b *memBudget) inUse() int64 {
 // lease is one request's share of the budget; release returns it all.
 type lease struct {
 	b    *memBudget
-	who  admission.Caller
+	who  peer.Caller
 	held int64
 }
 
-func (s *Server) newLease(who admission.Caller) *lease { return &lease{b: s.budget, who: who} }
+func (s *Server) newLease(who peer.Caller) *lease { return &lease{b: s.budget, who: who} }
 
 // acquire reserves n more bytes for the request, waiting up to wait for
 // room. It fails at once when the request would need more than the

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/peer"
 )
 
 func TestMemBudget(t *testing.T) {
 	b := newMemBudget(100)
 	ctx := context.Background()
-	admin := admission.Caller{UID: 0, Admin: true}
+	admin := peer.Caller{UID: 0, Admin: true}
 	a, c := &lease{b: b, who: admin}, &lease{b: b, who: admin}
 	if err := a.acquire(ctx, 60, time.Second, "a"); err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestMemBudget(t *testing.T) {
 func TestMemBudgetShare(t *testing.T) {
 	b := newMemBudget(100)
 	ctx := context.Background()
-	u1, u1b, u2 := &lease{b: b, who: admission.Caller{UID: 1000}}, &lease{b: b, who: admission.Caller{UID: 1000}}, &lease{b: b, who: admission.Caller{UID: 1001}}
+	u1, u1b, u2 := &lease{b: b, who: peer.Caller{UID: 1000}}, &lease{b: b, who: peer.Caller{UID: 1000}}, &lease{b: b, who: peer.Caller{UID: 1001}}
 	if err := u1.acquire(ctx, 51, time.Second, "x"); !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("over a share: %v", err)
 	}

@@ -6,14 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // These tests need neither root nor a jail: they exercise decoding and
@@ -29,14 +27,14 @@ func testServer() *Server {
 // "python" (with ruff) and "small" (without).
 type imagesEngine struct{ Engine }
 
-func (imagesEngine) Images() []run.ImageStats {
-	return []run.ImageStats{
+func (imagesEngine) Images() []spec.ImageStats {
+	return []spec.ImageStats{
 		{Name: "python", Default: true, Manifest: &rootfs.Manifest{Name: "python", Packages: []rootfs.Package{{Name: "ruff"}}}},
 		{Name: "small", Manifest: &rootfs.Manifest{Name: "small"}},
 	}
 }
 
-func decodeExecute(s *Server, body string, who admission.Caller) (*run.Request, error) {
+func decodeExecute(s *Server, body string, who peer.Caller) (*spec.Request, error) {
 	r := httptest.NewRequest("POST", "/v1/execute", strings.NewReader(body))
 	var req api.ExecuteRequest
 	if err := s.decode(httptest.NewRecorder(), r, &req); err != nil {
@@ -47,7 +45,7 @@ func decodeExecute(s *Server, body string, who admission.Caller) (*run.Request, 
 
 func TestLimitsResolution(t *testing.T) {
 	s := testServer()
-	user, admin := admission.Caller{UID: 1000}, admission.Caller{UID: 0, Admin: true}
+	user, admin := peer.Caller{UID: 1000}, peer.Caller{UID: 0, Admin: true}
 	jr, err := decodeExecute(s, `{"code":"1"}`, user)
 	if err != nil || jr.Limits.Timeout.Milliseconds() != 10000 || jr.Limits.MemoryBytes != 512<<20 {
 		t.Fatalf("defaults: %+v %v", jr, err)
@@ -69,19 +67,19 @@ func TestLimitsResolution(t *testing.T) {
 }
 
 func TestMessages(t *testing.T) {
-	l := jail.DefaultLimits()
+	l := spec.DefaultLimits()
 	cases := []struct {
-		res  run.Result
+		res  spec.Result
 		want string
 	}{
-		{run.Result{Status: run.StatusOK}, ""},
-		{run.Result{Status: run.StatusTimeout}, "Execution terminated after 10 seconds (the time limit)"},
-		{run.Result{Status: run.StatusMemoryLimit}, "Memory limit of 512 MB exceeded; the process was killed"},
-		{run.Result{Status: run.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "MemoryError", Message: ""}}, "MemoryError"},
-		{run.Result{Status: run.StatusError, ExitCode: 1, Exception: &runner.Exception{Type: "ModuleNotFoundError", Message: "No module named 'foo'"}}, "ModuleNotFoundError: No module named 'foo'"},
-		{run.Result{Status: run.StatusError, ExitCode: 3}, "Process exited with code 3"},
-		{run.Result{Status: run.StatusKilled, Signal: 9}, "Process killed by signal 9 (SIGKILL)"},
-		{run.Result{Status: run.StatusKilled, Cancelled: true}, "Execution cancelled"},
+		{spec.Result{Status: spec.StatusOK}, ""},
+		{spec.Result{Status: spec.StatusTimeout}, "Execution terminated after 10 seconds (the time limit)"},
+		{spec.Result{Status: spec.StatusMemoryLimit}, "Memory limit of 512 MB exceeded; the process was killed"},
+		{spec.Result{Status: spec.StatusError, ExitCode: 1, Exception: &spec.Exception{Type: "MemoryError", Message: ""}}, "MemoryError"},
+		{spec.Result{Status: spec.StatusError, ExitCode: 1, Exception: &spec.Exception{Type: "ModuleNotFoundError", Message: "No module named 'foo'"}}, "ModuleNotFoundError: No module named 'foo'"},
+		{spec.Result{Status: spec.StatusError, ExitCode: 3}, "Process exited with code 3"},
+		{spec.Result{Status: spec.StatusKilled, Signal: 9}, "Process killed by signal 9 (SIGKILL)"},
+		{spec.Result{Status: spec.StatusKilled, Cancelled: true}, "Execution cancelled"},
 	}
 	for _, c := range cases {
 		if got := message(&c.res, l); got != c.want {
@@ -104,7 +102,7 @@ func FuzzDecodeExecute(f *testing.F) {
 	}
 	s := testServer()
 	f.Fuzz(func(t *testing.T, body string) {
-		jr, err := decodeExecute(s, body, admission.Caller{UID: 1000})
+		jr, err := decodeExecute(s, body, peer.Caller{UID: 1000})
 		if err != nil {
 			if status, _ := errdefs.Classify(err); status >= 500 {
 				t.Fatalf("decoding %q gave a server error: %v", body, err)

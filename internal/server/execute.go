@@ -14,15 +14,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/runner"
-	"github.com/jaild/jaild/internal/workspace"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // Bounds on request fields (the body cap bounds them all as well).
@@ -71,7 +68,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 // executeStream runs jr with its events streamed in format (see
 // api/stream.go). Errors before the run starts are ordinary error
 // responses; after, an error event ends the stream.
-func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format string, who admission.Caller, req *api.ExecuteRequest, jr *run.Request, start time.Time) error {
+func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format string, who peer.Caller, req *api.ExecuteRequest, jr *spec.Request, start time.Time) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	live := newLiveStream(w, format == api.MediaSSE, cancel)
@@ -111,7 +108,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 // finalEvents are the events of a run's end before done: its figures,
 // exception and result. The figures are taken out of res (done does not
 // repeat them).
-func finalEvents(res *run.Result, bulk *bulkSet) []finalEvent {
+func finalEvents(res *spec.Result, bulk *bulkSet) []finalEvent {
 	var out []finalEvent
 	for _, f := range res.Figures {
 		out = append(out, finalEvent{api.EventFigure, api.Figure{Name: f.Name, ContentB64: bulk.add(f.Data)}, bulk})
@@ -145,16 +142,16 @@ func (s *Server) budgetBody(r *http.Request, mem *lease) {
 // reserveRun reserves a run's worst case: both output captures, its
 // figures, and its returned files when they come inline.
 func (s *Server) reserveRun(ctx context.Context, mem *lease, outputBytes int64, inlineFiles bool) error {
-	n := 2*outputBytes + workspace.MaxFiguresTotalBytes
+	n := 2*outputBytes + spec.MaxFiguresTotalBytes
 	if inlineFiles {
-		n += workspace.MaxReturnTotalBytes
+		n += spec.MaxReturnTotalBytes
 	}
 	return mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)")
 }
 
 // closeFiles closes the store files a request opened (each once; several
 // entries may share one).
-func closeFiles(files []run.File) {
+func closeFiles(files []spec.File) {
 	done := map[*os.File]bool{}
 	for _, f := range files {
 		if f.Src != nil && !done[f.Src] {
@@ -170,7 +167,7 @@ const maxFileIDs = 100
 
 // run admits the request and runs it in a jail. The run is killed when the
 // client goes away (r.Context is cancelled) or when the daemon aborts.
-func (s *Server) run(ctx context.Context, who admission.Caller, jr *run.Request) (*run.Result, time.Duration, error) {
+func (s *Server) run(ctx context.Context, who peer.Caller, jr *spec.Request) (*spec.Result, time.Duration, error) {
 	qstart := time.Now()
 	release, err := s.admit(ctx, who)
 	if err != nil {
@@ -189,7 +186,7 @@ func (s *Server) run(ctx context.Context, who admission.Caller, jr *run.Request)
 	return res, queued, nil
 }
 
-func (s *Server) setQuotaHeader(w http.ResponseWriter, who admission.Caller) {
+func (s *Server) setQuotaHeader(w http.ResponseWriter, who peer.Caller) {
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
 		w.Header().Set(api.QuotaHeader, strconv.FormatInt(n, 10))
 	}
@@ -200,7 +197,7 @@ func invalid(format string, args ...any) error {
 }
 
 // jailRequest validates an execute request into the engine's typed form.
-func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*run.Request, error) {
+func (s *Server) jailRequest(req *api.ExecuteRequest, who peer.Caller) (*spec.Request, error) {
 	if err := checkRunCode(req.Code); err != nil {
 		return nil, err
 	}
@@ -212,7 +209,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	if err != nil {
 		return nil, err
 	}
-	jr := &run.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits, Image: im.Name}
+	jr := &spec.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits, Image: im.Name}
 	if req.Stdin != nil {
 		if len(*req.Stdin) > maxStdinBytes {
 			return nil, errdefs.Field("stdin", "is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
@@ -226,7 +223,7 @@ func (s *Server) jailRequest(req *api.ExecuteRequest, who admission.Caller) (*ru
 	if jr.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
 		return nil, err
 	}
-	if err := run.ValidateEnv(req.Env); err != nil {
+	if err := spec.ValidateEnv(req.Env); err != nil {
 		return nil, err // a field error of env already
 	}
 	if jr.Network, err = s.network(req, who); err != nil {
@@ -250,28 +247,28 @@ func checkRunCode(code string) error {
 // decodeFiles validates files and decodes their contents, at most
 // workspace bytes in total; a file_id opens the caller's stored file (the
 // caller closes it: closeFiles).
-func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admission.Caller) (_ []run.File, err error) {
-	if len(files) > run.MaxFiles {
-		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(files), run.MaxFiles)
+func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who peer.Caller) (_ []spec.File, err error) {
+	if len(files) > spec.MaxFiles {
+		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(files), spec.MaxFiles)
 	}
-	var out []run.File
+	var out []spec.File
 	defer func() {
 		if err != nil {
 			closeFiles(out)
 		}
 	}()
 	seen := map[string]bool{}
-	opened := map[string]run.File{}
+	opened := map[string]spec.File{}
 	var total int64
 	for i, f := range files {
-		if err := workspace.ValidatePath(f.Path); err != nil {
+		if err := spec.ValidatePath(f.Path); err != nil {
 			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
 		}
 		if seen[f.Path] {
 			return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "duplicate path %q", f.Path)
 		}
 		seen[f.Path] = true
-		var rf run.File
+		var rf spec.File
 		switch {
 		case f.FileID != "" && f.ContentB64 != "":
 			return nil, errdefs.Field(fmt.Sprintf("files[%d]", i), "has both content_b64 and file_id; give one")
@@ -300,7 +297,7 @@ func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admis
 			if err != nil {
 				return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
 			}
-			rf = run.File{Data: data}
+			rf = spec.File{Data: data}
 			out = append(out, rf)
 		}
 		out[len(out)-1].Path = f.Path
@@ -321,11 +318,11 @@ func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who admis
 }
 
 func checkPatterns(patterns []string) error {
-	if len(patterns) > run.MaxPatterns {
-		return errdefs.Field("return_files", "has %d entries; the maximum is %d", len(patterns), run.MaxPatterns)
+	if len(patterns) > spec.MaxPatterns {
+		return errdefs.Field("return_files", "has %d entries; the maximum is %d", len(patterns), spec.MaxPatterns)
 	}
 	for i, p := range patterns {
-		if err := workspace.ValidatePattern(p); err != nil {
+		if err := spec.ValidatePattern(p); err != nil {
 			return errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
 		}
 	}
@@ -334,7 +331,7 @@ func checkPatterns(patterns []string) error {
 
 // network resolves a request's network and allow_hosts against the
 // daemon's policy.
-func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.Network, error) {
+func (s *Server) network(req *api.ExecuteRequest, who peer.Caller) (*spec.Network, error) {
 	switch req.Network {
 	case "", api.NetworkNone:
 		if len(req.AllowHosts) > 0 {
@@ -368,14 +365,14 @@ func (s *Server) network(req *api.ExecuteRequest, who admission.Caller) (*jail.N
 			}
 		}
 	}
-	return &jail.Network{Allow: allow}, nil
+	return &spec.Network{Allow: allow}, nil
 }
 
 // limits resolves a request's limits: the defaults of its image for what
 // it leaves out,
 // and a clear refusal, naming the field and the bound, for a value below 1
 // or above the caller's maxima. A caller can never raise a limit.
-func (s *Server) limits(in *api.Limits, who admission.Caller, image string) (jail.Limits, error) {
+func (s *Server) limits(in *api.Limits, who peer.Caller, image string) (spec.Limits, error) {
 	d, m := s.imgCfg.Load().ImageDefaults(image), s.cfg.Maxima
 	if who.Admin {
 		m = s.cfg.AdminMaxima
@@ -399,9 +396,9 @@ func (s *Server) limits(in *api.Limits, who admission.Caller, image string) (jai
 			}
 			switch {
 			case *f.req < 1:
-				return jail.Limits{}, errdefs.Field("limits."+f.name, "must be at least 1, got %d", *f.req)
+				return spec.Limits{}, errdefs.Field("limits."+f.name, "must be at least 1, got %d", *f.req)
 			case *f.req > *f.max:
-				return jail.Limits{}, errdefs.Field("limits."+f.name, "%d is above the maximum of %d for this caller", *f.req, *f.max)
+				return spec.Limits{}, errdefs.Field("limits."+f.name, "%d is above the maximum of %d for this caller", *f.req, *f.max)
 			}
 			*f.dst = *f.req
 		}
@@ -411,8 +408,8 @@ func (s *Server) limits(in *api.Limits, who admission.Caller, image string) (jai
 
 // EngineLimits turns wire limits into the engine's, deriving the limits a
 // caller does not set (workspace, address space, ...) from the defaults.
-func EngineLimits(v config.Limits) jail.Limits {
-	l := jail.DefaultLimits()
+func EngineLimits(v config.Limits) spec.Limits {
+	l := spec.DefaultLimits()
 	l.Timeout = time.Duration(v.TimeoutMs) * time.Millisecond
 	l.MemoryBytes = v.MemoryMB << 20
 	l.Pids = v.Pids
@@ -431,7 +428,7 @@ func EngineLimits(v config.Limits) jail.Limits {
 //
 // The output, files and figures are placeholders of bulk: write the
 // response with writeBulk (or writeBulkJSON), which streams them.
-func response(res *run.Result, l jail.Limits, bulk *bulkSet) *api.ExecuteResponse {
+func response(res *spec.Result, l spec.Limits, bulk *bulkSet) *api.ExecuteResponse {
 	out := &api.ExecuteResponse{
 		RunID:           res.ID,
 		Image:           res.Image,
@@ -484,7 +481,7 @@ func response(res *run.Result, l jail.Limits, bulk *bulkSet) *api.ExecuteRespons
 }
 
 // execError is the wire form of an exception; nil for none.
-func execError(e *runner.Exception) *api.ExecError {
+func execError(e *spec.Exception) *api.ExecError {
 	if e == nil {
 		return nil
 	}
@@ -496,19 +493,19 @@ func execError(e *runner.Exception) *api.ExecError {
 	return out
 }
 
-func message(res *run.Result, l jail.Limits) string {
+func message(res *spec.Result, l spec.Limits) string {
 	switch res.Status {
-	case run.StatusOK:
+	case spec.StatusOK:
 		return ""
-	case run.StatusTimeout:
+	case spec.StatusTimeout:
 		return "Execution terminated after " + humanDuration(l.Timeout) + " (the time limit)"
-	case run.StatusMemoryLimit:
+	case spec.StatusMemoryLimit:
 		return fmt.Sprintf("Memory limit of %d MB exceeded; the process was killed", l.MemoryBytes>>20)
-	case run.StatusOutputLimit:
+	case spec.StatusOutputLimit:
 		return fmt.Sprintf("Output limit of %d bytes exceeded; the process was killed", l.OutputBytes)
-	case run.StatusCPULimit:
+	case spec.StatusCPULimit:
 		return "CPU time limit exceeded; the process was killed"
-	case run.StatusKilled:
+	case spec.StatusKilled:
 		if res.Cancelled {
 			return "Execution cancelled"
 		}
@@ -544,7 +541,7 @@ func signalName(sig int) string {
 }
 
 // networkHint says how a caller gets egress.
-func networkHint(who admission.Caller, group string) string {
+func networkHint(who peer.Caller, group string) string {
 	if who.Client != "" {
 		return "its [[tls.clients]] entry needs network = true"
 	}

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/server/servertest"
 )
@@ -76,7 +76,7 @@ func send(t *testing.T, h *servertest.Harness, method, path string, hdr map[stri
 }
 
 // sendAs serves one request in process as another caller.
-func sendAs(h *servertest.Harness, who admission.Caller, method, path string, hdr map[string]string, body string) reply {
+func sendAs(h *servertest.Harness, who peer.Caller, method, path string, hdr map[string]string, body string) reply {
 	req := httptest.NewRequest(method, "http://jaild"+path, strings.NewReader(body))
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -300,8 +300,8 @@ func TestFileNames(t *testing.T) {
 func TestFileOwnership(t *testing.T) {
 	h := harness(t, nil)
 	mine := upload(t, h, "mine", "mine")
-	other := admission.Caller{UID: 2000, PID: 1}
-	admin := admission.Caller{UID: 0, PID: 1, Admin: true}
+	other := peer.Caller{UID: 2000, PID: 1}
+	admin := peer.Caller{UID: 0, PID: 1, Admin: true}
 	theirs := sendAs(h, other, "POST", "/v1/files?name=theirs", nil, "theirs").stored(t)
 	for _, p := range []string{"/v1/files/" + mine.FileID, "/v1/files/" + mine.FileID + "/meta"} {
 		if r := sendAs(h, other, "GET", p, nil, ""); r.status != 404 {
@@ -334,7 +334,7 @@ func TestFileBounds(t *testing.T) {
 		c.MaxBodyBytes = 1024 // JSON only: uploads are not bound by it
 	})
 	mib := strings.Repeat("x", 1<<20)
-	post := func(who *admission.Caller, content string) reply {
+	post := func(who *peer.Caller, content string) reply {
 		if who == nil {
 			return send(t, h, "POST", "/v1/files?name=f", nil, strings.NewReader(content))
 		}
@@ -350,7 +350,7 @@ func TestFileBounds(t *testing.T) {
 	if e := r.errBody(t); r.status != 413 || !strings.Contains(e.Message, "max_bytes_per_uid (2097152 bytes") {
 		t.Errorf("over max_bytes_per_uid: HTTP %d %+v", r.status, e)
 	}
-	other := admission.Caller{UID: 2000}
+	other := peer.Caller{UID: 2000}
 	post(&other, mib).stored(t)
 	r = post(&other, "x")
 	if e := r.errBody(t); r.status != 507 || e.Type != "insufficient_storage" || !strings.Contains(e.Message, "max_total_bytes") {
@@ -479,9 +479,9 @@ func TestFileTransfersOutlastReadTimeout(t *testing.T) {
 func TestFileDeadlinesEndWithTheTransfer(t *testing.T) {
 	h := harness(t, func(c *config.Config) { c.ReadTimeout.Duration = 300 * time.Millisecond })
 	f := upload(t, h, "f", "content")
-	h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) {
 		time.Sleep(700 * time.Millisecond)
-		return &run.Result{Status: run.StatusOK}, nil
+		return &spec.Result{Status: spec.StatusOK}, nil
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.Socket)

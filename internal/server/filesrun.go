@@ -4,11 +4,11 @@ import (
 	"errors"
 	"io"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/filestore"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // FileStore returns the daemon's file store, nil when it is disabled.
@@ -25,7 +25,7 @@ func (s *Server) storeEnabled(field string) error {
 
 // returnSink resolves return_files_as: nil for inline, the caller's
 // store for "store".
-func (s *Server) returnSink(as string, who admission.Caller) (run.FileSink, error) {
+func (s *Server) returnSink(as string, who peer.Caller) (spec.FileSink, error) {
 	switch as {
 	case "", api.ReturnInline:
 		return nil, nil
@@ -68,13 +68,13 @@ func (k storeSink) Put(name string, r io.Reader, size int64) (string, string, er
 // storedFile opens the caller's stored file id for a run (closeFiles
 // closes it). Another uid's file is not found, as over the file API.
 // Errors name no field: the caller puts them in files[i].file_id.
-func (s *Server) storedFile(id string, who admission.Caller) (run.File, error) {
+func (s *Server) storedFile(id string, who peer.Caller) (spec.File, error) {
 	if err := s.storeEnabled(""); err != nil {
-		return run.File{}, err
+		return spec.File{}, err
 	}
 	f, m, err := s.files.Open(who.UID, who.Admin, id)
 	if err != nil {
-		return run.File{}, err
+		return spec.File{}, err
 	}
-	return run.File{Src: f, Size: m.Size}, nil
+	return spec.File{Src: f, Size: m.Size}, nil
 }

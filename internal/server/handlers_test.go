@@ -13,21 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/ruff"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/server/servertest"
-	"github.com/jaild/jaild/internal/workspace"
 )
 
-var user = admission.Caller{UID: 1000, PID: 1}
+var user = peer.Caller{UID: 1000, PID: 1}
 
 func harness(t *testing.T, mod func(*config.Config)) *servertest.Harness {
 	t.Helper()
@@ -98,12 +95,12 @@ func TestRoutes(t *testing.T) {
 func TestExecuteMapsTheResult(t *testing.T) {
 	h := harness(t, nil)
 	repr := "3"
-	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
-		return &run.Result{
-			ID: "abc", Status: run.StatusError, ExitCode: 1, Stdout: []byte("out\xff"), Stderr: []byte("err"),
-			Exception:  &runner.Exception{Type: "ValueError", Message: "bad\nsecond line", Line: 2},
+	h.Engine.RunFunc = func(_ context.Context, req *spec.Request) (*spec.Result, error) {
+		return &spec.Result{
+			ID: "abc", Status: spec.StatusError, ExitCode: 1, Stdout: []byte("out\xff"), Stderr: []byte("err"),
+			Exception:  &spec.Exception{Type: "ValueError", Message: "bad\nsecond line", Line: 2},
 			ResultRepr: &repr, Duration: 1500 * time.Millisecond, PeakMemoryBytes: 1 << 20,
-			Files: []workspace.File{{Path: "o.txt", Size: 2, Data: []byte("hi")}, {Path: "l", Error: "not a regular file (symlink)"}},
+			Files: []spec.ReturnedFile{{Path: "o.txt", Size: 2, Data: []byte("hi")}, {Path: "l", Error: "not a regular file (symlink)"}},
 		}, nil
 	}
 	stdin := "in"
@@ -188,11 +185,11 @@ func TestEngineErrors(t *testing.T) {
 		msg    string
 	}{
 		{errdefs.New(errdefs.ErrUnavailable, "too many jails at once"), 503, "unavailable", "too many jails at once"},
-		{jail.ErrClosed, 503, "unavailable", "shutting down"},
+		{errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down"), 503, "unavailable", "shutting down"}, // jail.ErrClosed
 		{errdefs.New(errdefs.ErrInvalidArgument, "a/b: the files do not fit the workspace"), 400, "invalid_argument", "do not fit"},
 		{fmt.Errorf("mount /var/lib/jaild/secret: %w", errors.New("EPERM")), 500, "internal", "internal error; see the daemon's log"},
 	} {
-		h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) { return nil, tc.err }
+		h.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) { return nil, tc.err }
 		status, _, e := raw(t, h, "POST", "/v1/execute", "", `{"code":"1"}`)
 		if status != tc.status || e.Type != tc.typ || !strings.Contains(e.Message, tc.msg) {
 			t.Errorf("%v: HTTP %d %+v; want %d %s %q", tc.err, status, e, tc.status, tc.typ, tc.msg)
@@ -232,10 +229,10 @@ func TestBusy(t *testing.T) {
 		c.Admission.MaxConcurrent, c.Admission.QueueSize = 1, 0
 	})
 	started, release := make(chan struct{}), make(chan struct{})
-	h.Engine.RunFunc = func(ctx context.Context, _ *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(ctx context.Context, _ *spec.Request) (*spec.Result, error) {
 		close(started)
 		<-release
-		return &run.Result{ID: "x", Status: run.StatusOK}, nil
+		return &spec.Result{ID: "x", Status: spec.StatusOK}, nil
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -256,20 +253,20 @@ func TestBusy(t *testing.T) {
 
 func TestLintAndFormat(t *testing.T) {
 	h := harness(t, nil)
-	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(_ context.Context, req *spec.Request) (*spec.Result, error) {
 		switch req.Command[1] {
 		case "check":
 			args := strings.Join(req.Command, " ")
 			if !strings.Contains(args, "--select ALL") || !strings.Contains(args, "--ignore "+strings.Join(ruff.DefaultIgnore, ",")) {
 				return nil, fmt.Errorf("unexpected ruff arguments %q", args)
 			}
-			return &run.Result{Status: run.StatusOK, Stdout: []byte(`[{"code":"F821","message":"Undefined name x","location":{"row":1,"column":7},"end_location":{"row":1,"column":8},"fix":null,"url":"https://docs.astral.sh/ruff/rules/undefined-name"},
+			return &spec.Result{Status: spec.StatusOK, Stdout: []byte(`[{"code":"F821","message":"Undefined name x","location":{"row":1,"column":7},"end_location":{"row":1,"column":8},"fix":null,"url":"https://docs.astral.sh/ruff/rules/undefined-name"},
 {"code":null,"message":"SyntaxError","location":{"row":2,"column":1},"end_location":{"row":2,"column":2},"fix":{"applicability":"safe"},"url":"https://stale"}]`)}, nil
 		case "format":
 			if string(req.Stdin) == "def(" {
-				return &run.Result{Status: run.StatusError, ExitCode: 2, Stderr: []byte("error: Failed to parse main.py:1:4\nmore")}, nil
+				return &spec.Result{Status: spec.StatusError, ExitCode: 2, Stderr: []byte("error: Failed to parse main.py:1:4\nmore")}, nil
 			}
-			return &run.Result{Status: run.StatusOK, Stdout: []byte("x = 1\n")}, nil
+			return &spec.Result{Status: spec.StatusOK, Stdout: []byte("x = 1\n")}, nil
 		}
 		return nil, errors.New("unexpected command")
 	}
@@ -293,8 +290,8 @@ func TestLintAndFormat(t *testing.T) {
 	if status != 400 || !strings.Contains(e.Message, "select[0]") {
 		t.Errorf("bad rule: HTTP %d %+v", status, e)
 	}
-	h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
-		return &run.Result{Status: run.StatusTimeout}, nil
+	h.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) {
+		return &spec.Result{Status: spec.StatusTimeout}, nil
 	}
 	if _, err := h.Client.Lint(t.Context(), &api.LintRequest{Code: "1"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("ruff timing out: %v", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // SetImages applies a reloaded configuration's images: each image's
@@ -37,9 +37,9 @@ func (s *Server) NoteReload(ok bool) {
 // image resolves a request's image field ("" is the default image) to an
 // image the engine serves; another name is the caller's error, naming
 // the field and the images there are.
-func (s *Server) image(name string) (run.ImageStats, error) {
+func (s *Server) image(name string) (spec.ImageStats, error) {
 	if name != "" && !rootfs.ImageName.MatchString(name) {
-		return run.ImageStats{}, errdefs.Field("image", "must be an image's name: 1..63 lower-case letters, digits, - and _ (GET /v1/info lists the images this daemon serves)")
+		return spec.ImageStats{}, errdefs.Field("image", "must be an image's name: 1..63 lower-case letters, digits, - and _ (GET /v1/info lists the images this daemon serves)")
 	}
 	list := s.engine.Images()
 	for _, im := range list {
@@ -48,9 +48,9 @@ func (s *Server) image(name string) (run.ImageStats, error) {
 		}
 	}
 	if name == "" { // the engine serves no default: its fault, not the caller's
-		return run.ImageStats{}, errdefs.New(errdefs.ErrUnavailable, "the daemon has no default image now; try again")
+		return spec.ImageStats{}, errdefs.New(errdefs.ErrUnavailable, "the daemon has no default image now; try again")
 	}
-	return run.ImageStats{}, errdefs.Field("image", "no image %q on this daemon; it serves %s", name, imageNames(list, false))
+	return spec.ImageStats{}, errdefs.Field("image", "no image %q on this daemon; it serves %s", name, imageNames(list, false))
 }
 
 // ruffImage resolves the image field of lint and format: an image with
@@ -82,7 +82,7 @@ func (s *Server) ruffImage(name string) (string, error) {
 
 // imageNames lists the images (those with ruff only, if ruff) for an
 // error message.
-func imageNames(list []run.ImageStats, ruff bool) string {
+func imageNames(list []spec.ImageStats, ruff bool) string {
 	var names []string
 	for _, im := range list {
 		if !ruff || im.Manifest.HasPackage("ruff") {
@@ -119,7 +119,7 @@ func (s *Server) imagesInfo() []api.ImageInfo {
 	return out
 }
 
-func poolInfo(ps run.PoolStats) api.PoolInfo {
+func poolInfo(ps spec.PoolStats) api.PoolInfo {
 	p := api.PoolInfo{Size: ps.Size, Ready: ps.Ready, Preimport: ps.Preimport, PlainSize: ps.PlainSize, PlainReady: ps.PlainReady, Paused: ps.Paused}
 	if p.Preimport == nil {
 		p.Preimport = []string{}

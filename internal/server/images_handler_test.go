@@ -14,7 +14,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server/servertest"
 )
 
@@ -98,11 +98,11 @@ func TestInfoImages(t *testing.T) {
 func TestInfoPoolIsTheDefaultImages(t *testing.T) {
 	h := harness(t, nil)
 	m := h.Engine.Manifest()
-	h.Engine.ImagesValue = []run.ImageStats{
+	h.Engine.ImagesValue = []spec.ImageStats{
 		{Name: "a", Manifest: &rootfs.Manifest{Name: "a"}},
 		{Name: "test", Default: true, Manifest: m},
 	}
-	h.Engine.PoolsValue = map[string]run.PoolStats{
+	h.Engine.PoolsValue = map[string]spec.PoolStats{
 		"a":    {PlainSize: 1, PlainReady: 1},
 		"test": {Size: 2, Ready: 1, Preimport: []string{"numpy"}, PlainSize: 3},
 	}
@@ -165,11 +165,11 @@ func TestImageOverHTTP(t *testing.T) {
 	}
 
 	// Lint and format without an image run in the default, which has ruff.
-	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(_ context.Context, req *spec.Request) (*spec.Result, error) {
 		if req.Command[1] == "check" {
-			return &run.Result{Status: run.StatusOK, Stdout: []byte("[]")}, nil
+			return &spec.Result{Status: spec.StatusOK, Stdout: []byte("[]")}, nil
 		}
-		return &run.Result{Status: run.StatusOK, Stdout: req.Stdin}, nil
+		return &spec.Result{Status: spec.StatusOK, Stdout: req.Stdin}, nil
 	}
 	if _, err := h.Client.Lint(ctx, &api.LintRequest{Code: "1\n"}); err != nil {
 		t.Fatal(err)

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // fieldError returns err's FieldError, failing the test when it is none
@@ -28,7 +28,7 @@ func fieldError(t *testing.T, what string, err error, field string) *errdefs.Fie
 // the field image with the names of the images there are.
 func TestExecuteImage(t *testing.T) {
 	s := testServer()
-	user := admission.Caller{UID: 1000}
+	user := peer.Caller{UID: 1000}
 	for body, want := range map[string]string{
 		`{"code":"1","image":"small"}`:  "small",
 		`{"code":"1","image":"python"}`: "python",
@@ -66,7 +66,7 @@ func TestImageDefaults(t *testing.T) {
 	cfg := config.Default()
 	cfg.Images = map[string]config.Image{"small": {Dir: "/srv/small", Defaults: config.Limits{MemoryMB: 256}}}
 	s.SetImages(cfg)
-	user := admission.Caller{UID: 1000}
+	user := peer.Caller{UID: 1000}
 	for _, c := range []struct {
 		body     string
 		memoryMB int64
@@ -98,17 +98,17 @@ func TestImageDefaults(t *testing.T) {
 // listEngine serves the images in its list.
 type listEngine struct {
 	Engine
-	list []run.ImageStats
+	list []spec.ImageStats
 }
 
-func (e listEngine) Images() []run.ImageStats { return e.list }
+func (e listEngine) Images() []spec.ImageStats { return e.list }
 
-func withRuff(name string, def, ruff bool) run.ImageStats {
+func withRuff(name string, def, ruff bool) spec.ImageStats {
 	m := &rootfs.Manifest{Name: name}
 	if ruff {
 		m.Packages = []rootfs.Package{{Name: "python3"}, {Name: "ruff"}}
 	}
-	return run.ImageStats{Name: name, Default: def, Manifest: m}
+	return spec.ImageStats{Name: name, Default: def, Manifest: m}
 }
 
 // TestRuffImage: lint and format run in an image with ruff: the one
@@ -131,7 +131,7 @@ func TestRuffImage(t *testing.T) {
 	}
 
 	// A default without ruff: the first image by name that has it.
-	s.engine = listEngine{list: []run.ImageStats{withRuff("a-min", false, false), withRuff("b", false, true), withRuff("c", true, false), withRuff("d", false, true)}}
+	s.engine = listEngine{list: []spec.ImageStats{withRuff("a-min", false, false), withRuff("b", false, true), withRuff("c", true, false), withRuff("d", false, true)}}
 	if got, err := s.ruffImage(""); err != nil || got != "b" {
 		t.Errorf("default without ruff: %q %v, want b", got, err)
 	}
@@ -140,12 +140,12 @@ func TestRuffImage(t *testing.T) {
 		t.Errorf("c: %q, want b, d", fe.Reason)
 	}
 	// No image with ruff: the daemon cannot lint now.
-	s.engine = listEngine{list: []run.ImageStats{withRuff("c", true, false)}}
+	s.engine = listEngine{list: []spec.ImageStats{withRuff("c", true, false)}}
 	if _, err := s.ruffImage(""); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("no ruff anywhere: %v, want unavailable", err)
 	}
 	// No default image: the daemon's fault, not the caller's.
-	s.engine = listEngine{list: []run.ImageStats{withRuff("b", false, true)}}
+	s.engine = listEngine{list: []spec.ImageStats{withRuff("b", false, true)}}
 	if _, err := s.image(""); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("no default image: %v, want unavailable", err)
 	}

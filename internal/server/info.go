@@ -7,7 +7,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/version"
 )
 
@@ -67,7 +67,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	info.Sessions = api.SessionInfo{
 		Enabled: sc.Enabled, Live: live, Running: busy, MaxPerUID: sc.MaxPerUID, MaxTotal: sc.MaxTotal,
 		IdleTimeoutS: int64(sc.IdleTimeout.Seconds()), MaxIdleTimeoutS: int64(sc.MaxIdleTimeout.Seconds()),
-		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: run.InterruptGrace.Milliseconds(),
+		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: spec.InterruptGrace.Milliseconds(),
 	}
 	info.Files = s.filesInfo(who.UID)
 	info.Memory = api.MemoryInfo{BudgetBytes: s.budget.max, InUseBytes: s.budget.inUse()}

@@ -7,14 +7,13 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/ruff"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // ruffLimits are the limits of a lint or format jail: ruff is fast, and
 // its output is bounded by the diagnostics of at most maxCodeBytes of code.
-func (s *Server) ruffLimits() jail.Limits {
+func (s *Server) ruffLimits() spec.Limits {
 	l := EngineLimits(s.cfg.Defaults)
 	l.Timeout = 20 * time.Second
 	l.OutputBytes = 32 << 20
@@ -63,7 +62,7 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	args := ruff.CheckArgs(req.Select, req.Ignore)
-	jr := &run.Request{Command: args, Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
+	jr := &spec.Request{Command: args, Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -84,12 +83,12 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 }
 
 // ruffFailed turns a ruff run that did not complete into an error.
-func ruffFailed(res *run.Result) error {
-	if res.Status == run.StatusOK {
+func ruffFailed(res *spec.Result) error {
+	if res.Status == spec.StatusOK {
 		return nil
 	}
 	switch res.Status {
-	case run.StatusTimeout, run.StatusMemoryLimit, run.StatusOutputLimit, run.StatusCPULimit:
+	case spec.StatusTimeout, spec.StatusMemoryLimit, spec.StatusOutputLimit, spec.StatusCPULimit:
 		return errdefs.New(errdefs.ErrInvalidArgument, "ruff hit a limit (%s); try smaller code", res.Status)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")
@@ -115,7 +114,7 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "format", err)
 		return err
 	}
-	jr := &run.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
+	jr := &spec.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Env: ruffEnv(), Limits: s.ruffLimits(), Image: image}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -123,7 +122,7 @@ func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.audit.ran(who, "format", req.Code, jr.Limits, res, queued, time.Since(start))
-	if res.Status == run.StatusError && res.ExitCode == 2 {
+	if res.Status == spec.StatusError && res.ExitCode == 2 {
 		// ruff format exits 2 on code it cannot parse.
 		first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")
 		return invalid("code cannot be formatted: %s", first)

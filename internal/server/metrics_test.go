@@ -16,7 +16,7 @@ import (
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server/servertest"
 )
 
@@ -58,8 +58,8 @@ func TestMetricsMix(t *testing.T) {
 		c.MemoryBudgetMB = 300
 	})
 	started, release := make(chan struct{}), make(chan struct{})
-	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
-		res := &run.Result{ID: "r", Status: run.StatusOK, Start: 20 * time.Millisecond, Duration: 10 * time.Millisecond}
+	h.Engine.RunFunc = func(_ context.Context, req *spec.Request) (*spec.Result, error) {
+		res := &spec.Result{ID: "r", Status: spec.StatusOK, Start: 20 * time.Millisecond, Duration: 10 * time.Millisecond}
 		switch {
 		case len(req.Command) > 1 && req.Command[1] == "check":
 			res.Stdout = []byte("[]")
@@ -68,9 +68,9 @@ func TestMetricsMix(t *testing.T) {
 		case req.Code == "warm":
 			res.Warm, res.Start = true, 50*time.Microsecond
 		case req.Code == "fail":
-			res.Status, res.ExitCode = run.StatusError, 1
+			res.Status, res.ExitCode = spec.StatusError, 1
 		case req.Code == "slow":
-			res.Status, res.Duration = run.StatusTimeout, 2*time.Second
+			res.Status, res.Duration = spec.StatusTimeout, 2*time.Second
 			res.Network = &egress.Usage{BytesSent: 100, BytesReceived: 2000}
 		case req.Code == "block":
 			close(started)

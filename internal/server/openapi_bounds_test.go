@@ -14,8 +14,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/filestore"
 	"github.com/jaild/jaild/internal/ruff"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/workspace"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // at returns the value at a JSON pointer of the OpenAPI document.
@@ -72,22 +71,22 @@ func TestOpenAPIBounds(t *testing.T) {
 		S + "FormatRequest/properties/code/maxLength":                      maxCodeBytes,
 		S + "ExecuteRequest/properties/stdin/maxLength":                    maxStdinBytes,
 		S + "SessionExecuteRequest/properties/stdin/maxLength":             maxSessionStdinBytes,
-		S + "ExecuteRequest/properties/files/maxItems":                     run.MaxFiles,
-		S + "SessionCreateRequest/properties/files/maxItems":               run.MaxFiles,
-		S + "SessionExecuteRequest/properties/files/maxItems":              run.MaxFiles,
-		S + "ExecuteRequest/properties/return_files/maxItems":              run.MaxPatterns,
-		S + "SessionExecuteRequest/properties/return_files/maxItems":       run.MaxPatterns,
-		S + "ExecuteRequest/properties/return_files/items/maxLength":       workspace.MaxPathBytes,
-		S + "FileIn/properties/path/maxLength":                             workspace.MaxPathBytes,
-		S + "ExecuteRequest/properties/env/maxProperties":                  run.MaxEnvVars,
-		S + "SessionCreateRequest/properties/env/maxProperties":            run.MaxEnvVars,
-		S + "ExecuteRequest/properties/env/propertyNames/maxLength":        run.MaxEnvNameBytes,
-		S + "ExecuteRequest/properties/env/additionalProperties/maxLength": run.MaxEnvValBytes,
+		S + "ExecuteRequest/properties/files/maxItems":                     spec.MaxFiles,
+		S + "SessionCreateRequest/properties/files/maxItems":               spec.MaxFiles,
+		S + "SessionExecuteRequest/properties/files/maxItems":              spec.MaxFiles,
+		S + "ExecuteRequest/properties/return_files/maxItems":              spec.MaxPatterns,
+		S + "SessionExecuteRequest/properties/return_files/maxItems":       spec.MaxPatterns,
+		S + "ExecuteRequest/properties/return_files/items/maxLength":       spec.MaxPathBytes,
+		S + "FileIn/properties/path/maxLength":                             spec.MaxPathBytes,
+		S + "ExecuteRequest/properties/env/maxProperties":                  spec.MaxEnvVars,
+		S + "SessionCreateRequest/properties/env/maxProperties":            spec.MaxEnvVars,
+		S + "ExecuteRequest/properties/env/propertyNames/maxLength":        spec.MaxEnvNameBytes,
+		S + "ExecuteRequest/properties/env/additionalProperties/maxLength": spec.MaxEnvValBytes,
 		S + "ExecuteRequest/properties/allow_hosts/maxItems":               allowlist.MaxEntries,
 		S + "SessionCreateRequest/properties/allow_hosts/maxItems":         allowlist.MaxEntries,
 		S + "LintRequest/properties/select/maxItems":                       ruff.MaxRules,
 		S + "LintRequest/properties/ignore/maxItems":                       ruff.MaxRules,
-		S + "ExecuteResponse/properties/figures/maxItems":                  workspace.MaxFigures,
+		S + "ExecuteResponse/properties/figures/maxItems":                  spec.MaxFigures,
 		S + "StoredFile/properties/name/maxLength":                         filestore.MaxNameBytes,
 		"/paths/~1v1~1files/post/parameters/0/schema/maxLength":            filestore.MaxNameBytes,
 		S + "SessionCreateRequest/properties/ttl_s/maximum":                int64(config.MaxSessionTTL.Seconds()),
@@ -171,8 +170,8 @@ func TestOpenAPIBounds(t *testing.T) {
 	mentions("/components/responses/RateLimited", "admission.rate_per_minute", def.Admission.RatePerMinute, "burst "+strconv.Itoa(def.Admission.Burst), def.Admission.DailyQuota, "sessions.max_per_uid")
 	mentions("/paths/~1v1~1files/post", "at most "+strconv.Itoa(maxFormParts)+" parts", "each part's header at most "+strconv.Itoa(maxPartHead>>10)+" KiB")
 	mentions(S+"ExecuteRequest/properties/files", "at most "+strconv.Itoa(maxFileIDs)+" different `file_id`s")
-	mentions(S+"ExecuteResponse/properties/figures", "at most "+strconv.Itoa(workspace.MaxFigures), strconv.Itoa(workspace.MaxFigureBytes>>20)+" MiB each", strconv.Itoa(workspace.MaxFiguresTotalBytes>>20)+" MiB together")
-	mentions(S+"ExecuteRequest/properties/return_files", "At most "+strconv.Itoa(workspace.MaxReturnFiles)+" files", strconv.Itoa(workspace.MaxReturnFileBytes>>20)+" MiB and "+strconv.Itoa(workspace.MaxReturnTotalBytes>>20)+" MiB together")
+	mentions(S+"ExecuteResponse/properties/figures", "at most "+strconv.Itoa(spec.MaxFigures), strconv.Itoa(spec.MaxFigureBytes>>20)+" MiB each", strconv.Itoa(spec.MaxFiguresTotalBytes>>20)+" MiB together")
+	mentions(S+"ExecuteRequest/properties/return_files", "At most "+strconv.Itoa(spec.MaxReturnFiles)+" files", strconv.Itoa(spec.MaxReturnFileBytes>>20)+" MiB and "+strconv.Itoa(spec.MaxReturnTotalBytes>>20)+" MiB together")
 
 	// Patterns the document gives are the code's rules: ruff rule codes,
 	// and the ids the server makes.
@@ -190,8 +189,8 @@ func TestOpenAPIBounds(t *testing.T) {
 	}
 	env := regexp.MustCompile(at(t, d, S+"ExecuteRequest/properties/env/propertyNames/pattern").(string))
 	for _, name := range []string{"A", "_x1", "MY_VAR", "1A", "A-B", "", "Ä"} {
-		if ok, err := env.MatchString(name), run.ValidateEnv(map[string]string{name: "v"}); ok != (err == nil) {
-			t.Errorf("env name %q: the document's pattern says %v, run.ValidateEnv %v", name, ok, err)
+		if ok, err := env.MatchString(name), spec.ValidateEnv(map[string]string{name: "v"}); ok != (err == nil) {
+			t.Errorf("env name %q: the document's pattern says %v, spec.ValidateEnv %v", name, ok, err)
 		}
 	}
 }

@@ -26,11 +26,9 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/server/servertest"
-	"github.com/jaild/jaild/internal/workspace"
 )
 
 // openapiPaths returns the document's paths and, for each, its methods in
@@ -359,16 +357,16 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.on(h)
 	repr := "3"
 	line := 2
-	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(_ context.Context, req *spec.Request) (*spec.Result, error) {
 		switch {
 		case len(req.Command) > 1 && req.Command[1] == "check":
-			return &run.Result{Status: run.StatusOK, Stdout: []byte(`[{"code":"F821","message":"Undefined name x","location":{"row":1,"column":7},"end_location":{"row":1,"column":8},"fix":null,"url":"https://docs.astral.sh/ruff/rules/undefined-name"},
+			return &spec.Result{Status: spec.StatusOK, Stdout: []byte(`[{"code":"F821","message":"Undefined name x","location":{"row":1,"column":7},"end_location":{"row":1,"column":8},"fix":null,"url":"https://docs.astral.sh/ruff/rules/undefined-name"},
 {"code":null,"message":"SyntaxError","location":{"row":2,"column":1},"end_location":{"row":2,"column":2},"fix":{"applicability":"safe"},"url":"https://stale"}]`)}, nil
 		case len(req.Command) > 1 && req.Command[1] == "format":
 			if string(req.Stdin) == "def(" {
-				return &run.Result{Status: run.StatusError, ExitCode: 2, Stderr: []byte("error: Failed to parse main.py:1:4")}, nil
+				return &spec.Result{Status: spec.StatusError, ExitCode: 2, Stderr: []byte("error: Failed to parse main.py:1:4")}, nil
 			}
-			return &run.Result{Status: run.StatusOK, Stdout: []byte("x = 1\n")}, nil
+			return &spec.Result{Status: spec.StatusOK, Stdout: []byte("x = 1\n")}, nil
 		case req.Code == "fail":
 			return nil, errors.New("the engine broke")
 		}
@@ -377,12 +375,12 @@ func TestOpenAPIResponses(t *testing.T) {
 			req.Output(1, []byte("out\n"))
 			req.Output(2, []byte("err\xff\n"))
 		}
-		return &run.Result{
-			ID: "run-1", Status: run.StatusError, ExitCode: 1, Stdout: []byte("out\n"), Stderr: []byte("err\xff\n"),
-			Exception:  &runner.Exception{Type: "ValueError", Message: "bad", Line: line},
+		return &spec.Result{
+			ID: "run-1", Status: spec.StatusError, ExitCode: 1, Stdout: []byte("out\n"), Stderr: []byte("err\xff\n"),
+			Exception:  &spec.Exception{Type: "ValueError", Message: "bad", Line: line},
 			ResultRepr: &repr, Duration: 1500 * time.Millisecond, PeakMemoryBytes: 1 << 20,
-			Files:   []workspace.File{{Path: "o.txt", Size: 2, Data: []byte("hi")}, {Path: "l", Error: "not a regular file (symlink)"}},
-			Figures: []workspace.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
+			Files:   []spec.ReturnedFile{{Path: "o.txt", Size: 2, Data: []byte("hi")}, {Path: "l", Error: "not a regular file (symlink)"}},
+			Figures: []spec.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
 		}, nil
 	}
 	exec := func(body any, hdr map[string]string, bad bool) (*http.Response, []byte) {
@@ -591,10 +589,10 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	busy := harness(t, func(cfg *config.Config) { cfg.Admission.MaxConcurrent, cfg.Admission.QueueSize = 1, 0 })
 	started, release := make(chan struct{}), make(chan struct{})
-	busy.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
+	busy.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) {
 		close(started)
 		<-release
-		return &run.Result{ID: "x", Status: run.StatusOK}, nil
+		return &spec.Result{ID: "x", Status: spec.StatusOK}, nil
 	}
 	go func() { _, _ = busy.Client.Execute(context.Background(), &api.ExecuteRequest{Code: "1"}) }()
 	<-started
@@ -650,7 +648,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(resp, body, 403)
 
 	noRuff := harness(t, nil)
-	noRuff.Engine.ImagesValue = []run.ImageStats{{Name: "bare", Default: true, Manifest: &rootfs.Manifest{Name: "bare", PythonVersion: "3.13.0"}}}
+	noRuff.Engine.ImagesValue = []spec.ImageStats{{Name: "bare", Default: true, Manifest: &rootfs.Manifest{Name: "bare", PythonVersion: "3.13.0"}}}
 	c.on(noRuff)
 	resp, body = c.do(exchange{method: "POST", path: "/v1/lint", template: "/v1/lint", hdr: jsonHdr, body: jsonBody(t, api.LintRequest{Code: "x"})})
 	want(resp, body, 503)

@@ -15,12 +15,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"os/user"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,10 +29,11 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/filestore"
-	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/metrics"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/pool"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/sessions"
 )
 
@@ -43,24 +42,24 @@ import (
 type Engine interface {
 	// Run runs one request in a jail. Errors of an errdefs class keep
 	// their class; any other error is the daemon's.
-	Run(ctx context.Context, req *run.Request) (*run.Result, error)
+	Run(ctx context.Context, req *spec.Request) (*spec.Result, error)
 	Manifest() *rootfs.Manifest
 	// Images are the images runs can name, sorted by name; one is the
 	// default. Every request resolves its image with it: it must be cheap.
-	Images() []run.ImageStats
+	Images() []spec.ImageStats
 	// PoolsByImage are the warm pools of the images, by name.
-	PoolsByImage() map[string]run.PoolStats
+	PoolsByImage() map[string]spec.PoolStats
 	Seccomp() *specs.LinuxSeccomp
-	PoolStats() run.PoolStats
+	PoolStats() spec.PoolStats
 	CgroupMode() string
 	// DaemonMemoryHigh is the daemon's memory.high (0: not set) and the
 	// tmpfs bytes of live jails counted in it.
 	DaemonMemoryHigh() (high, tmpfs int64)
 	// JailCounts are the jail engine's counts for the metrics.
-	JailCounts() jail.JailCounts
+	JailCounts() spec.JailCounts
 	// NewSession makes a session: a jail whose interpreter lives across
 	// calls (see run.Session).
-	NewSession(spec run.SessionSpec) (Session, error)
+	NewSession(spec spec.SessionSpec) (Session, error)
 }
 
 // Server serves the API. Create it with New.
@@ -71,8 +70,7 @@ type Server struct {
 	sessions *sessions.Manager
 	log      *slog.Logger
 	audit    *auditor
-	adminG   string // gid of the admin group, "" if it does not exist
-	netG     string // gid of network.allow_group, "" if none
+	policy   *peer.Policy // who a caller is: admin, network
 	baseCtx  context.Context
 	stop     context.CancelFunc
 	budget   *memBudget
@@ -83,74 +81,79 @@ type Server struct {
 	draining atomic.Bool // Drain: the daemon is stopping
 	// tlsRefused counts the TLS listener's refused handshakes.
 	tlsRefused atomic.Uint64
-
-	adminMu    sync.Mutex
-	adminCache map[groupKey]adminEntry
 }
 
-type groupKey struct {
-	uid   uint32
-	group string
+// Deps are what a Server serves with, built by the daemon's composition
+// root (internal/daemon) or a test harness (servertest) from the
+// configuration. Engine, Admission, Sessions and Log are required; Files
+// is nil when the file store is disabled.
+type Deps struct {
+	Engine    Engine
+	Admission *admission.Controller
+	Sessions  *sessions.Manager
+	Files     *filestore.Store
+	Log       *slog.Logger
 }
 
-type adminEntry struct {
-	admin bool
-	at    time.Time
-}
-
-// New returns a Server over an engine. log receives the audit lines and
-// diagnostics.
-func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
-	a := cfg.Admission
+// New returns a Server over deps. Log receives the audit lines and
+// diagnostics. The server owns its memory budget and its metrics
+// registry, which reads every dep (Metrics); Close closes Sessions and
+// Files.
+func New(cfg config.Config, deps Deps) (*Server, error) {
+	if deps.Engine == nil || deps.Admission == nil || deps.Sessions == nil || deps.Log == nil {
+		return nil, errors.New("server: Engine, Admission, Sessions and Log are required")
+	}
+	log := deps.Log
 	s := &Server{
-		cfg:    cfg,
-		engine: engine,
-		log:    log,
-		adm: admission.New(admission.Config{
-			MaxConcurrent: cfg.MaxConcurrent(), QueueSize: a.QueueSize, QueueWait: a.QueueWait.Duration,
-			RatePerMinute: a.RatePerMinute, Burst: a.Burst, DailyQuota: a.DailyQuota,
-		}),
-		adminCache: map[groupKey]adminEntry{},
+		cfg:      cfg,
+		engine:   deps.Engine,
+		log:      log,
+		adm:      deps.Admission,
+		sessions: deps.Sessions,
+		files:    deps.Files,
 	}
 	s.SetImages(cfg)
-	if g, err := user.LookupGroup(cfg.AdminGroup); err == nil {
-		s.adminG = g.Gid
-	}
-	if n := cfg.Network; n.Enabled && n.AllowGroup != "" {
-		if g, err := user.LookupGroup(n.AllowGroup); err == nil {
-			s.netG = g.Gid
-		} else {
-			log.Warn("network.allow_group does not exist: only admins may ask for egress", "group", n.AllowGroup)
-		}
-	}
+	s.policy = peer.NewPolicy(cfg, log)
 	var err error
 	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
 		return nil, err
 	}
-	if f := cfg.Files; f.Enabled {
-		s.files, err = filestore.Open(filestore.Config{
-			Dir: f.Dir, MaxFileBytes: f.MaxFileMB << 20, MaxBytesPerUID: f.MaxMBPerUID << 20, MaxFilesPerUID: f.MaxFilesPerUID,
-			MaxTotalBytes: f.MaxTotalMB << 20, MinFreeBytes: f.MinFreeMB << 20, TTL: f.TTL.Duration,
-		}, log)
-		if err != nil {
-			return nil, err
-		}
-	}
-	s.sessions = sessions.New(sessions.Config{
-		MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
-	})
 	s.baseCtx, s.stop = context.WithCancel(context.Background())
 	s.budget = newMemBudget(cfg.MemoryBudget())
+	s.reload.Store(&reloadState{ok: true, at: time.Now()})
+	s.metrics = metrics.New(s.metricSources())
+	s.audit.metrics = s.metrics
+	return s, nil
+}
+
+// metricRefills is a pool's refill histogram in the metrics' form: every
+// bucket of pool.RefillBuckets, 0 where the pool has made none yet.
+func metricRefills(r pool.Refills) metrics.Refills {
+	buckets := make(map[float64]uint64, len(pool.RefillBuckets))
+	for i, b := range pool.RefillBuckets {
+		buckets[b] = 0
+		if i < len(r.Buckets) {
+			buckets[b] = r.Buckets[i]
+		}
+	}
+	return metrics.Refills{Count: r.Count, Sum: r.Sum, Buckets: buckets, Failed: r.Failed}
+}
+
+// metricSources are the figures behind GET /metrics: the deps' and the
+// server's own.
+func (s *Server) metricSources() metrics.Sources {
+	engine := s.engine
 	src := metrics.Sources{
 		Admission: s.adm.Usage,
 		Pool: func() metrics.Pool {
 			p := engine.PoolStats()
-			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady, Refill: p.Refill, PlainRefill: p.PlainRefill}
+			return metrics.Pool{Size: p.Size, Ready: p.Ready, PlainSize: p.PlainSize, PlainReady: p.PlainReady,
+				Refill: metricRefills(p.Refill), PlainRefill: metricRefills(p.PlainRefill)}
 		},
 		Sessions:      s.sessions.Counts,
 		SessionTotals: s.sessions.Totals,
 		SessionEndReasons: []string{sessions.EndDeleted, sessions.EndIdle, sessions.EndExpired, sessions.EndShutdown,
-			run.EndLosses, run.EndJailEnded, run.EndFreezeFailed, run.EndRestartError},
+			spec.EndLosses, spec.EndJailEnded, spec.EndFreezeFailed, spec.EndRestartError},
 		Memory: func() (int64, int64) { return s.budget.inUse(), s.budget.max },
 		Jails: func() metrics.Jails {
 			c := engine.JailCounts()
@@ -169,13 +172,10 @@ func New(cfg config.Config, engine Engine, log *slog.Logger) (*Server, error) {
 			return r.ok, r.at
 		},
 	}
-	s.reload.Store(&reloadState{ok: true, at: time.Now()})
 	if s.files != nil {
 		src.Store = s.files.Totals
 	}
-	s.metrics = metrics.New(src)
-	s.audit.metrics = s.metrics
-	return s, nil
+	return src
 }
 
 // MetricsServer returns the http.Server of metrics_listen: GET (or HEAD)
@@ -214,7 +214,7 @@ func (s *Server) HTTPServer() *http.Server {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			// Only the connection is stored: its caller is resolved by
 			// the first request, off the accept path.
-			if pc, ok := c.(*peerConn); ok {
+			if pc, ok := c.(*peer.Conn); ok {
 				return context.WithValue(ctx, ctxKey{}, pc)
 			}
 			return ctx
@@ -236,79 +236,31 @@ func (s *Server) Close() {
 	}
 }
 
+// Listen wraps the socket's listener: each connection's caller is
+// identified by its peer credentials under the daemon's policy, and at
+// most maxConns are open at once (see peer.Listen).
+func (s *Server) Listen(ln net.Listener, maxConns int) *peer.Listener {
+	return peer.Listen(ln, maxConns, s.policy, s.log)
+}
+
 // Usage reports runs in progress and queued.
 func (s *Server) Usage() (running, queued int) { return s.adm.Usage() }
 
-// knownAdmin reports, without a user or group lookup, whether the caller
-// is an admin: root, the admin group as primary group, or a membership
-// found by a recent lookup.
-func (s *Server) knownAdmin(uid, gid uint32) bool {
-	if uid == 0 || (s.adminG != "" && strconv.FormatUint(uint64(gid), 10) == s.adminG) {
-		return true
-	}
-	s.adminMu.Lock()
-	e, ok := s.adminCache[groupKey{uid, s.adminG}]
-	s.adminMu.Unlock()
-	return ok && e.admin && time.Since(e.at) < time.Minute
-}
-
-// isAdmin: root, or a member of the admin group.
-func (s *Server) isAdmin(uid, gid uint32) bool {
-	return uid == 0 || s.inGroup(uid, gid, s.adminG)
-}
-
-// mayNetwork: the network policy lets the caller ask for egress: admins,
-// and members of network.allow_group (everyone when it is "").
-func (s *Server) mayNetwork(uid, gid uint32, admin bool) bool {
-	if !s.cfg.Network.Enabled {
-		return false
-	}
-	return admin || s.cfg.Network.AllowGroup == "" || s.inGroup(uid, gid, s.netG)
-}
-
-// inGroup: gid is group g, or uid's user is a member of g (cached for a
-// minute). g "" (no such group) has no members.
-func (s *Server) inGroup(uid, gid uint32, g string) bool {
-	if g == "" {
-		return false
-	}
-	if strconv.FormatUint(uint64(gid), 10) == g {
-		return true
-	}
-	key := groupKey{uid, g}
-	s.adminMu.Lock()
-	e, ok := s.adminCache[key]
-	s.adminMu.Unlock()
-	if ok && time.Since(e.at) < time.Minute {
-		return e.admin
-	}
-	member := false
-	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
-		if gids, err := u.GroupIds(); err == nil {
-			member = slices.Contains(gids, g)
-		}
-	}
-	s.adminMu.Lock()
-	s.adminCache[key] = adminEntry{member, time.Now()}
-	s.adminMu.Unlock()
-	return member
-}
-
 // callerOf returns who sent r. A connection that did not come through the
 // daemon's Listener is the least privileged caller.
-func callerOf(r *http.Request) admission.Caller {
-	if pc, ok := r.Context().Value(ctxKey{}).(*peerConn); ok {
+func callerOf(r *http.Request) peer.Caller {
+	if pc, ok := r.Context().Value(ctxKey{}).(*peer.Conn); ok {
 		return pc.Caller()
 	}
-	if c, ok := r.Context().Value(ctxKey{}).(admission.Caller); ok {
-		return c // set by WithCaller (tests and in-process harnesses)
+	if c, ok := r.Context().Value(ctxKey{}).(peer.Caller); ok {
+		return c // set by the TLS listener, and by WithCaller (tests and in-process harnesses)
 	}
-	return admission.Caller{UID: 65534, PID: -1}
+	return peer.Nobody
 }
 
 // WithCaller returns a handler that serves every request as caller: for an
 // in-process harness whose connections carry no peer credentials.
-func WithCaller(h http.Handler, caller admission.Caller) http.Handler {
+func WithCaller(h http.Handler, caller peer.Caller) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, caller)))
 	})
@@ -525,7 +477,7 @@ func (s *Server) Drain() { s.draining.Store(true) }
 
 // admit is admission for a run or a session's jail, refused while the
 // daemon drains.
-func (s *Server) admit(ctx context.Context, who admission.Caller) (func(), error) {
+func (s *Server) admit(ctx context.Context, who peer.Caller) (func(), error) {
 	if s.draining.Load() {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon is stopping; send the request to another host, or retry when it is back")
 	}

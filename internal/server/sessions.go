@@ -10,42 +10,29 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/jail"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/sessions"
 )
 
 // maxSessionStdinBytes bounds a session call's stdin: escaped as JSON in
 // the call's job (at most 6 bytes each), with the code, it stays within
-// runner.MaxJobBytes.
+// spec.MaxJobBytes.
 const maxSessionStdinBytes = 8 << 20
 
 // Session is a live session of the engine: *run.Session, or a fake.
 type Session interface {
 	sessions.Handle
-	Exec(ctx context.Context, c *run.Call) (*run.CallResult, error)
+	Exec(ctx context.Context, c *spec.Call) (*spec.CallResult, error)
 	Warm() bool
-}
-
-// ServiceEngine adapts *run.Service to Engine.
-type ServiceEngine struct{ *run.Service }
-
-// NewSession makes a session of the service.
-func (e ServiceEngine) NewSession(spec run.SessionSpec) (Session, error) {
-	s, err := e.Service.NewSession(spec)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // sessionMeta is what the server keeps of a session beside its handle.
 type sessionMeta struct {
 	h           Session
-	limits      jail.Limits // the jail's, with the calls' default timeout and output bound
+	limits      spec.Limits // the jail's, with the calls' default timeout and output bound
 	wireLimits  api.LimitValues
 	network     string
 	image       string
@@ -54,7 +41,7 @@ type sessionMeta struct {
 	workspaceSz int64
 }
 
-func (s *Server) sessionCaller(r *http.Request) (admission.Caller, sessions.Caller) {
+func (s *Server) sessionCaller(r *http.Request) (peer.Caller, sessions.Caller) {
 	who := callerOf(r)
 	return who, sessions.Caller{UID: who.UID, Admin: who.Admin}
 }
@@ -103,7 +90,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := run.ValidateEnv(req.Env); err != nil {
+	if err := spec.ValidateEnv(req.Env); err != nil {
 		return fail(err)
 	}
 	files, err := s.decodeFiles(req.Files, limits.WorkspaceBytes, who)
@@ -133,9 +120,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fail(err)
 	}
-	spec := limits
-	spec.Timeout = ttl // RLIMIT_CPU's hard limit: one interpreter's CPU over the session's life
-	h, err := s.engine.NewSession(run.SessionSpec{Limits: spec, Network: netw, Files: files, Env: req.Env, Image: im.Name})
+	limitsLife := limits
+	limitsLife.Timeout = ttl // RLIMIT_CPU's hard limit: one interpreter's CPU over the session's life
+	h, err := s.engine.NewSession(spec.SessionSpec{Limits: limitsLife, Network: netw, Files: files, Env: req.Env, Image: im.Name})
 	release()
 	if err != nil {
 		res.Release()
@@ -207,7 +194,7 @@ func memAvailable() (uint64, bool) {
 	return 0, false
 }
 
-func wireOf(l jail.Limits) api.LimitValues {
+func wireOf(l spec.Limits) api.LimitValues {
 	return api.LimitValues{
 		TimeoutMs: l.Timeout.Milliseconds(), MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids,
 		FileSizeMB: l.FileSizeBytes >> 20, OutputBytes: l.OutputBytes,
@@ -343,7 +330,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func lostMessage(res *run.CallResult) string {
+func lostMessage(res *spec.CallResult) string {
 	if res.Ended {
 		return "The interpreter was lost (" + res.LostReason + ")."
 	}
@@ -388,11 +375,11 @@ func sessionCallFields(req *api.SessionExecuteRequest) error {
 
 // sessionCall validates a call into the engine's form: the session's
 // defaults for what it leaves out, the owner's maxima as the bounds.
-func (s *Server) sessionCall(req *api.SessionExecuteRequest, m *sessionMeta, who admission.Caller) (*run.Call, error) {
+func (s *Server) sessionCall(req *api.SessionExecuteRequest, m *sessionMeta, who peer.Caller) (*spec.Call, error) {
 	if err := checkRunCode(req.Code); err != nil {
 		return nil, err
 	}
-	c := &run.Call{Code: req.Code, Timeout: m.limits.Timeout, OutputBytes: m.limits.OutputBytes, LastLineInteractive: true}
+	c := &spec.Call{Code: req.Code, Timeout: m.limits.Timeout, OutputBytes: m.limits.OutputBytes, LastLineInteractive: true}
 	if req.LastLineInteractive != nil {
 		c.LastLineInteractive = *req.LastLineInteractive
 	}

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 )
 
@@ -105,11 +105,11 @@ func TestSessionOwnersCapsAndConflicts(t *testing.T) {
 	h := harness(t, func(c *config.Config) { c.Sessions.MaxPerUID = 1 })
 	ctx := context.Background()
 	release := make(chan struct{})
-	h.Engine.SessionExec = func(ctx context.Context, c *run.Call) (*run.CallResult, error) {
+	h.Engine.SessionExec = func(ctx context.Context, c *spec.Call) (*spec.CallResult, error) {
 		if c.Code == "block" {
 			<-release
 		}
-		return &run.CallResult{Count: 1, Result: run.Result{Status: run.StatusOK}}, nil
+		return &spec.CallResult{Count: 1, Result: spec.Result{Status: spec.StatusOK}}, nil
 	}
 	s, err := h.Client.CreateSession(ctx, nil)
 	if err != nil {
@@ -119,7 +119,7 @@ func TestSessionOwnersCapsAndConflicts(t *testing.T) {
 		t.Errorf("beyond the cap: %v", err)
 	}
 	// Another uid, same daemon.
-	other := httptest.NewServer(server.WithCaller(h.Server.Handler(), admission.Caller{UID: 1001, PID: 2}))
+	other := httptest.NewServer(server.WithCaller(h.Server.Handler(), peer.Caller{UID: 1001, PID: 2}))
 	defer other.Close()
 	for _, c := range []struct{ method, path, body string }{
 		{http.MethodGet, "/v1/sessions/" + s.SessionID, ""},

@@ -12,10 +12,8 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
-	"github.com/jaild/jaild/internal/run"
-	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server/servertest"
-	"github.com/jaild/jaild/internal/workspace"
 )
 
 // streamed posts body to path with Accept: accept and returns the response
@@ -55,7 +53,7 @@ func nextEvent(t *testing.T, r *bufio.Reader) api.Event {
 func TestStreamedExecuteEvents(t *testing.T) {
 	h := harness(t, nil)
 	release := make(chan struct{})
-	h.Engine.RunFunc = func(ctx context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(ctx context.Context, req *spec.Request) (*spec.Result, error) {
 		req.OnStart("run-1", true)
 		req.Output(1, []byte("first line\n"))
 		<-release // the event must be out before the run goes on
@@ -63,11 +61,11 @@ func TestStreamedExecuteEvents(t *testing.T) {
 		req.Output(2, []byte("\x93 \xff\xfe\n"))
 		req.Output(1, []byte("no newline"))
 		repr := "42"
-		return &run.Result{
-			ID: "run-1", Status: run.StatusError, ExitCode: 1, StdoutTruncated: true,
-			Exception:  &runner.Exception{Type: "ValueError", Message: "bad", Line: 1},
+		return &spec.Result{
+			ID: "run-1", Status: spec.StatusError, ExitCode: 1, StdoutTruncated: true,
+			Exception:  &spec.Exception{Type: "ValueError", Message: "bad", Line: 1},
 			ResultRepr: &repr,
-			Figures:    []workspace.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
+			Figures:    []spec.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
 		}, nil
 	}
 	resp, r := streamed(t, h, "/v1/execute", api.MediaNDJSON, `{"code":"x"}`)
@@ -127,7 +125,7 @@ func TestStreamedExecuteEvents(t *testing.T) {
 
 func TestStreamedExecuteSSEAndErrors(t *testing.T) {
 	h := harness(t, nil)
-	h.Engine.RunFunc = func(ctx context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(ctx context.Context, req *spec.Request) (*spec.Result, error) {
 		if strings.Contains(req.Code, "before") {
 			return nil, errdefs.New(errdefs.ErrUnavailable, "no jail capacity")
 		}
@@ -167,13 +165,13 @@ func readAll(r *bufio.Reader) (string, error) {
 
 func TestStreamedExecuteKeepalive(t *testing.T) {
 	h := harness(t, nil)
-	h.Engine.RunFunc = func(ctx context.Context, req *run.Request) (*run.Result, error) {
+	h.Engine.RunFunc = func(ctx context.Context, req *spec.Request) (*spec.Result, error) {
 		req.OnStart("run-3", false)
 		select {
 		case <-time.After(5500 * time.Millisecond):
 		case <-ctx.Done():
 		}
-		return &run.Result{ID: "run-3", Status: run.StatusOK}, nil
+		return &spec.Result{ID: "run-3", Status: spec.StatusOK}, nil
 	}
 	_, r := streamed(t, h, "/v1/execute", api.MediaNDJSON, `{"code":"x"}`)
 	var names []string

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/tlsauth"
 )
@@ -29,9 +28,7 @@ func (s *Server) TLSServer(auth *tlsauth.Auth) *http.Server {
 				s.writeError(w, r, errdefs.New(errdefs.ErrForbidden, "%v", err))
 				return
 			}
-			lim := id.Limits
-			who := admission.Caller{UID: id.UID, PID: -1, Admin: id.Admin, Client: id.Name, Limits: &lim,
-				Network: s.cfg.Network.Enabled && (id.Admin || id.Network)}
+			who := s.policy.Client(id)
 			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, who)))
 		}),
 		// The handshake is bounded by the first of these (a client that

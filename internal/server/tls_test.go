@@ -18,7 +18,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
-	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server/servertest"
 	"github.com/jaild/jaild/internal/tlsauth"
 	"github.com/jaild/jaild/internal/tlsauth/tlsauthtest"
@@ -510,10 +510,10 @@ func TestReadyAndDrain(t *testing.T) {
 
 	// A run in flight when the drain starts finishes.
 	started, release := make(chan struct{}), make(chan struct{})
-	e.h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
+	e.h.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) {
 		close(started)
 		<-release
-		return &run.Result{ID: "inflight", Status: run.StatusOK, Stdout: []byte("done")}, nil
+		return &spec.Result{ID: "inflight", Status: spec.StatusOK, Stdout: []byte("done")}, nil
 	}
 	type answer struct {
 		status int
@@ -574,10 +574,10 @@ func TestReadyReasons(t *testing.T) {
 	e := tlsHarness(t, func(c *config.Config) { c.Admission.MaxConcurrent, c.Admission.QueueSize = 1, 0 }, nil)
 	bob := e.client(t, "bob")
 	started, release := make(chan struct{}), make(chan struct{})
-	e.h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
+	e.h.Engine.RunFunc = func(context.Context, *spec.Request) (*spec.Result, error) {
 		close(started)
 		<-release
-		return &run.Result{ID: "x", Status: run.StatusOK}, nil
+		return &spec.Result{ID: "x", Status: spec.StatusOK}, nil
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -595,7 +595,7 @@ func TestReadyReasons(t *testing.T) {
 	if status, r := ready(t, e, bob); status != 200 || !r.Ready {
 		t.Errorf("ready once the slot is free: HTTP %d %+v", status, r)
 	}
-	e.h.Engine.ImagesValue = []run.ImageStats{{Name: "test-small", Manifest: e.h.Engine.Manifest()}}
+	e.h.Engine.ImagesValue = []spec.ImageStats{{Name: "test-small", Manifest: e.h.Engine.Manifest()}}
 	if status, r := ready(t, e, bob); status != 503 || r != (api.Ready{Reason: "no image is mounted"}) {
 		t.Errorf("ready without a default image: HTTP %d %+v", status, r)
 	}

@@ -17,7 +17,6 @@ import (
 	"path"
 	"sync/atomic"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/config"
 )
 
@@ -32,7 +31,14 @@ type Identity struct {
 	Admin   bool
 	Network bool
 	// Limits are the client's rate and quota: its own, or [admission]'s.
-	Limits admission.Limits
+	Limits Limits
+}
+
+// Limits are a client's rate limit and daily quota.
+type Limits struct {
+	RatePerMinute float64 // 0: unlimited
+	Burst         int
+	DailyQuota    int64 // 0: unlimited
 }
 
 // State is one load of the configuration's TLS material and clients.
@@ -122,7 +128,7 @@ func (s *State) Match(cert *x509.Certificate) (Identity, bool) {
 
 func (s *State) identity(c config.TLSClient) Identity {
 	id := Identity{Name: c.Name, UID: config.TLSClientUID(c.Name), Admin: c.Admin, Network: c.Network,
-		Limits: admission.Limits{RatePerMinute: s.adm.RatePerMinute, Burst: s.adm.Burst, DailyQuota: s.adm.DailyQuota}}
+		Limits: Limits{RatePerMinute: s.adm.RatePerMinute, Burst: s.adm.Burst, DailyQuota: s.adm.DailyQuota}}
 	if c.RatePerMinute != nil {
 		id.Limits.RatePerMinute = *c.RatePerMinute
 	}

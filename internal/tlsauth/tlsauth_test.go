@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/tlsauth"
 	"github.com/jaild/jaild/internal/tlsauth/tlsauthtest"
@@ -122,34 +121,34 @@ func TestMatch(t *testing.T) {
 		config.TLSClient{Name: "alice-again", Subject: "alice", Admin: true}, // shadowed by alice
 		config.TLSClient{Name: "ops", Admin: true, Network: true, DailyQuota: ptr[int64](0)},
 	)
-	inherit := admission.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 10_000}
+	inherit := tlsauth.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 10_000}
 	for _, tc := range []struct {
 		name   string
 		tm     tlsauthtest.Template
 		want   string // "" = no client
 		admin  bool
 		net    bool
-		limits admission.Limits
+		limits tlsauth.Limits
 	}{
 		{"CN is the name", tlsauthtest.Template{CN: "alice"}, "alice", false, false, inherit},
 		{"first match wins", tlsauthtest.Template{CN: "alice", DNS: []string{"x.corp.example"}}, "alice", false, false, inherit},
 		{"subject replaces the name", tlsauthtest.Template{CN: "Bob Builder"}, "bob", false, false, inherit},
-		{"the name is no subject when one is set", tlsauthtest.Template{CN: "bob"}, "", false, false, admission.Limits{}},
-		{"subject is exact", tlsauthtest.Template{CN: "Bob Builder "}, "", false, false, admission.Limits{}},
-		{"subject is case-sensitive", tlsauthtest.Template{CN: "ALICE"}, "", false, false, admission.Limits{}},
+		{"the name is no subject when one is set", tlsauthtest.Template{CN: "bob"}, "", false, false, tlsauth.Limits{}},
+		{"subject is exact", tlsauthtest.Template{CN: "Bob Builder "}, "", false, false, tlsauth.Limits{}},
+		{"subject is case-sensitive", tlsauthtest.Template{CN: "ALICE"}, "", false, false, tlsauth.Limits{}},
 		{"URI SAN pattern", tlsauthtest.Template{CN: "whoever", URIs: []string{"spiffe://corp/agent/a1"}}, "agents", false, false,
-			admission.Limits{RatePerMinute: 5, Burst: 30, DailyQuota: 7}},
+			tlsauth.Limits{RatePerMinute: 5, Burst: 30, DailyQuota: 7}},
 		{"any of the SANs", tlsauthtest.Template{URIs: []string{"spiffe://corp/db/x", "spiffe://corp/agent/a2"}}, "agents", false, false,
-			admission.Limits{RatePerMinute: 5, Burst: 30, DailyQuota: 7}},
-		{"* stays within a segment", tlsauthtest.Template{URIs: []string{"spiffe://corp/agent/a1/sub"}}, "", false, false, admission.Limits{}},
-		{"another path", tlsauthtest.Template{URIs: []string{"spiffe://corp/db/a1"}}, "", false, false, admission.Limits{}},
-		{"a SAN client is not matched by its name as CN", tlsauthtest.Template{CN: "agents"}, "", false, false, admission.Limits{}},
-		{"a SAN pattern is not matched by the CN", tlsauthtest.Template{CN: "spiffe://corp/agent/a1"}, "", false, false, admission.Limits{}},
+			tlsauth.Limits{RatePerMinute: 5, Burst: 30, DailyQuota: 7}},
+		{"* stays within a segment", tlsauthtest.Template{URIs: []string{"spiffe://corp/agent/a1/sub"}}, "", false, false, tlsauth.Limits{}},
+		{"another path", tlsauthtest.Template{URIs: []string{"spiffe://corp/db/a1"}}, "", false, false, tlsauth.Limits{}},
+		{"a SAN client is not matched by its name as CN", tlsauthtest.Template{CN: "agents"}, "", false, false, tlsauth.Limits{}},
+		{"a SAN pattern is not matched by the CN", tlsauthtest.Template{CN: "spiffe://corp/agent/a1"}, "", false, false, tlsauth.Limits{}},
 		{"DNS SAN pattern", tlsauthtest.Template{DNS: []string{"api.corp.example"}}, "web", false, true,
-			admission.Limits{RatePerMinute: 120, Burst: 3, DailyQuota: 10_000}},
+			tlsauth.Limits{RatePerMinute: 120, Burst: 3, DailyQuota: 10_000}},
 		{"admin, network, quota 0 (unlimited) overrides", tlsauthtest.Template{CN: "ops"}, "ops", true, true,
-			admission.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 0}},
-		{"nobody", tlsauthtest.Template{CN: "mallory"}, "", false, false, admission.Limits{}},
+			tlsauth.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 0}},
+		{"nobody", tlsauthtest.Template{CN: "mallory"}, "", false, false, tlsauth.Limits{}},
 	} {
 		id, ok := st.Match(f.ca.Issue(t, tc.tm).Cert)
 		if tc.want == "" {
@@ -171,7 +170,7 @@ func TestMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, ok := st2.Match(f.ca.Client(t, "alice").Cert); !ok || id.Limits != (admission.Limits{Burst: 1}) {
+	if id, ok := st2.Match(f.ca.Client(t, "alice").Cert); !ok || id.Limits != (tlsauth.Limits{Burst: 1}) {
 		t.Errorf("alice with unlimited [admission]: %+v %v", id, ok)
 	}
 }

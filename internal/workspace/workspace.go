@@ -26,77 +26,35 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // Bounds on callers' paths and patterns.
 const (
-	MaxPathBytes = 1024
-	MaxNameBytes = 255
-	MaxPathDepth = 32
+	MaxPathBytes = spec.MaxPathBytes
+	MaxNameBytes = spec.MaxNameBytes
+	MaxPathDepth = spec.MaxPathDepth
 )
 
 // Bounds on what is read back.
 const (
-	MaxReturnFiles      = 256
-	MaxReturnFileBytes  = 16 << 20
-	MaxReturnTotalBytes = 64 << 20
-	MaxFigures          = 16
-	MaxFigureBytes      = 8 << 20
-	// MaxFiguresTotalBytes bounds a run's figures together; figures past
-	// it are left out, as those past MaxFigures are.
-	MaxFiguresTotalBytes = 32 << 20
+	MaxReturnFiles       = spec.MaxReturnFiles
+	MaxReturnFileBytes   = spec.MaxReturnFileBytes
+	MaxReturnTotalBytes  = spec.MaxReturnTotalBytes
+	MaxFigures           = spec.MaxFigures
+	MaxFigureBytes       = spec.MaxFigureBytes
+	MaxFiguresTotalBytes = spec.MaxFiguresTotalBytes
 	maxWalkEntries       = 20000
 	maxWalkDepth         = 64
 	collectTimeout       = 5 * time.Second
 )
 
-// ValidatePath checks a workspace-relative path from a caller: non-empty,
-// clean, relative, no "..", no NUL, bounded in length and depth. The error
-// is of class errdefs.ErrInvalidArgument and says which rule failed.
-func ValidatePath(p string) error {
-	switch {
-	case p == "":
-		return errdefs.New(errdefs.ErrInvalidArgument, "path is empty")
-	case len(p) > MaxPathBytes:
-		return errdefs.New(errdefs.ErrInvalidArgument, "path is longer than %d bytes", MaxPathBytes)
-	case strings.IndexByte(p, 0) >= 0:
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains NUL", p)
-	case strings.HasPrefix(p, "/"):
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q must be relative to the workspace", p)
-	}
-	parts := strings.Split(p, "/")
-	if len(parts) > MaxPathDepth {
-		return errdefs.New(errdefs.ErrInvalidArgument, "path %q is deeper than %d", p, MaxPathDepth)
-	}
-	for _, c := range parts {
-		switch {
-		case c == "" || c == ".":
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q is not clean (empty or . component)", p)
-		case c == "..":
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q contains ..", p)
-		case len(c) > MaxNameBytes:
-			return errdefs.New(errdefs.ErrInvalidArgument, "path %q has a component longer than %d bytes", p, MaxNameBytes)
-		}
-	}
-	return nil
-}
+// ValidatePath checks a workspace-relative path from a caller (see
+// spec.ValidatePath).
+func ValidatePath(p string) error { return spec.ValidatePath(p) }
 
-// ValidatePattern checks a return_files pattern: the rules of ValidatePath,
-// plus well-formed glob syntax in every component.
-func ValidatePattern(p string) error {
-	if err := ValidatePath(p); err != nil {
-		return err
-	}
-	for _, c := range strings.Split(p, "/") {
-		if c == "**" {
-			continue
-		}
-		if _, err := path.Match(c, ""); err != nil {
-			return errdefs.New(errdefs.ErrInvalidArgument, "pattern %q: bad glob component %q", p, c)
-		}
-	}
-	return nil
-}
+// ValidatePattern checks a return_files pattern (see spec.ValidatePattern).
+func ValidatePattern(p string) error { return spec.ValidatePattern(p) }
 
 // Match reports whether the slash-separated name matches pattern (see the
 // package doc). The pattern must have passed ValidatePattern.
@@ -269,15 +227,7 @@ func (d *Dir) unlinkRegular(parts []string) error {
 
 // File is a file read back from the workspace. Error is set (and Data
 // empty) when the file matched but was not returned, e.g. a symlink.
-type File struct {
-	Path  string
-	Size  int64
-	Data  []byte
-	Error string
-	// FileID and SHA256 name the file's copy in the file store, for a
-	// file a Taker stored instead of reading it (Data is empty then).
-	FileID, SHA256 string
-}
+type File = spec.ReturnedFile
 
 // Collect reads back the regular files beneath the directory that match
 // patterns (each of which passed ValidatePattern). Only call it once no
@@ -481,10 +431,7 @@ func fileKind(m os.FileMode) string {
 }
 
 // Figure is a PNG read back from a figures directory.
-type Figure struct {
-	Name string
-	Data []byte
-}
+type Figure = spec.Figure
 
 var pngMagic = []byte("\x89PNG\r\n\x1a\n")
 

@@ -170,7 +170,11 @@ func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 	}
 	h := &Harness{Engine: &Engine{}, Socket: filepath.Join(dir, "api.sock")}
 	log := slog.New(slog.NewJSONHandler(lockedWriter{h}, nil))
-	if h.Server, err = server.New(cfg, h.Engine, log); err != nil {
+	deps, err := server.DepsFor(cfg, h.Engine, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Server, err = server.New(cfg, deps); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("unix", h.Socket)

@@ -1,12 +1,11 @@
-package server
+package peer
 
 import (
+	"log/slog"
 	"net"
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/jaild/jaild/internal/admission"
 )
 
 // Listener wraps the daemon's Unix listener: it identifies each caller
@@ -14,8 +13,9 @@ import (
 // of open connections so that a flood cannot exhaust the daemon's fds.
 type Listener struct {
 	net.Listener
-	srv   *Server
-	slots chan struct{}
+	policy *Policy
+	log    *slog.Logger
+	slots  chan struct{}
 
 	mu    sync.Mutex
 	perID map[uint32]int // open connections per non-admin uid
@@ -27,9 +27,10 @@ const MaxConnsPerUID = 64
 
 // Listen wraps ln; at most maxConns connections are open at once (Accept
 // waits for one to close beyond that), and at most MaxConnsPerUID per
-// non-admin uid (beyond that a new connection is closed at once).
-func (s *Server) Listen(ln net.Listener, maxConns int) *Listener {
-	return &Listener{Listener: ln, srv: s, slots: make(chan struct{}, maxConns), perID: map[uint32]int{}}
+// non-admin uid (beyond that a new connection is closed at once). Its
+// connections are *Conn, their callers resolved under p.
+func Listen(ln net.Listener, maxConns int, p *Policy, log *slog.Logger) *Listener {
+	return &Listener{Listener: ln, policy: p, log: log, slots: make(chan struct{}, maxConns), perID: map[uint32]int{}}
 }
 
 // Accept returns the next connection, with its caller identified.
@@ -41,12 +42,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			<-l.slots
 			return nil, err
 		}
-		pc := l.srv.peer(c)
+		pc := credentials(c, l.policy)
 		// Only what is known without a user or group lookup decides here:
 		// a slow NSS or LDAP lookup must not stall every new connection.
 		// Members of the admin group by a supplementary group only are
 		// counted like other callers until their first request is served.
-		exempt := l.srv.knownAdmin(pc.uid, pc.gid)
+		exempt := l.policy.KnownAdmin(pc.uid, pc.gid)
 		if !exempt {
 			l.mu.Lock()
 			over := l.perID[pc.uid] >= MaxConnsPerUID
@@ -55,7 +56,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			l.mu.Unlock()
 			if over {
-				l.srv.log.Warn("connection refused: too many open connections for this uid", "uid", pc.uid, "max", MaxConnsPerUID)
+				l.log.Warn("connection refused: too many open connections for this uid", "uid", pc.uid, "max", MaxConnsPerUID)
 				c.Close()
 				<-l.slots
 				continue
@@ -75,12 +76,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// peerConn is a connection with its peer's credentials. Who the caller is
+// Conn is a connection with its peer's credentials. Who the caller is
 // for the API (admin, network) is resolved on the first request, in that
 // request's goroutine, and kept for the connection.
-type peerConn struct {
+type Conn struct {
 	net.Conn
-	srv      *Server
+	policy   *Policy
 	uid, gid uint32
 	pid      int32
 	credOK   bool
@@ -88,34 +89,34 @@ type peerConn struct {
 	release  func()
 
 	resolve sync.Once
-	caller  admission.Caller
+	caller  Caller
 }
 
 // Caller returns the connection's caller, looking up group memberships
 // the first time.
-func (c *peerConn) Caller() admission.Caller {
+func (c *Conn) Caller() Caller {
 	c.resolve.Do(func() {
 		if !c.credOK {
-			c.caller = admission.Caller{UID: 65534, PID: -1}
+			c.caller = Nobody
 			return
 		}
-		admin := c.srv.isAdmin(c.uid, c.gid)
-		c.caller = admission.Caller{UID: c.uid, PID: c.pid, Admin: admin, Network: c.srv.mayNetwork(c.uid, c.gid, admin)}
+		c.caller = c.policy.Local(c.uid, c.gid, c.pid)
 	})
 	return c.caller
 }
 
-func (c *peerConn) Close() error {
+// Close closes the connection and frees its slot.
+func (c *Conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
 }
 
-// peer reads the credentials of a connection's peer with SO_PEERCRED (a
-// syscall, no lookup). A connection whose credentials cannot be read is
-// served as the most restricted caller (uid nobody, never admin).
-func (s *Server) peer(c net.Conn) *peerConn {
-	pc := &peerConn{Conn: c, srv: s, uid: 65534, gid: 65534, pid: -1, release: func() {}}
+// credentials reads the credentials of a connection's peer with
+// SO_PEERCRED (a syscall, no lookup). A connection whose credentials
+// cannot be read is served as the most restricted caller (Nobody).
+func credentials(c net.Conn, p *Policy) *Conn {
+	pc := &Conn{Conn: c, policy: p, uid: 65534, gid: 65534, pid: -1, release: func() {}}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return pc
