@@ -31,6 +31,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
@@ -354,7 +355,7 @@ func memoryLimit(cfg config.Config, log *slog.Logger) {
 // may use that much over its life. A single run lowers it to its own
 // before its code runs (runner.py).
 func poolLimits(cfg config.Config) spec.Limits {
-	l := server.EngineLimits(cfg.Maxima)
+	l := policy.EngineLimits(cfg.Maxima)
 	if cfg.Sessions.Enabled {
 		l.Timeout = max(l.Timeout, cfg.Sessions.AdminMaxTTL.Duration)
 	}

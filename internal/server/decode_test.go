@@ -10,6 +10,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run/spec"
 )
@@ -18,7 +19,7 @@ import (
 // validation, which happen before anything is created.
 
 func testServer() *Server {
-	s := &Server{cfg: config.Default(), engine: imagesEngine{}}
+	s := &Server{cfg: config.Default(), policy: policy.New(config.Default()), engine: imagesEngine{}}
 	s.SetImages(s.cfg)
 	return s
 }

@@ -2,30 +2,19 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jaild/jaild/internal/allowlist"
 	"github.com/jaild/jaild/internal/api"
-	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/run/spec"
-)
-
-// Bounds on request fields (the body cap bounds them all as well).
-const (
-	maxCodeBytes  = 1 << 20
-	maxStdinBytes = 16 << 20
 )
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
@@ -46,7 +35,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(err)
 	}
-	defer closeFiles(jr.Files)
+	defer policy.CloseFiles(jr.Files)
 	if err := s.reserveRun(r.Context(), mem, jr.Limits.OutputBytes, len(jr.ReturnFiles) > 0 && jr.Store == nil); err != nil {
 		return fail(err)
 	}
@@ -149,21 +138,27 @@ func (s *Server) reserveRun(ctx context.Context, mem *lease, outputBytes int64, 
 	return mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)")
 }
 
-// closeFiles closes the store files a request opened (each once; several
-// entries may share one).
-func closeFiles(files []spec.File) {
-	done := map[*os.File]bool{}
-	for _, f := range files {
-		if f.Src != nil && !done[f.Src] {
-			done[f.Src] = true
-			f.Src.Close()
-		}
+// jailRequest validates an execute request into the run service's.
+func (s *Server) jailRequest(req *api.ExecuteRequest, who peer.Caller) (*spec.Request, error) {
+	if err := policy.RunCode(req.Code); err != nil {
+		return nil, err
 	}
+	im, err := s.image(req.Image)
+	if err != nil {
+		return nil, err
+	}
+	return s.policy.Execute(req, im.Name, who, s.resolvers(im.Name, who))
 }
 
-// maxFileIDs bounds the stored files one request opens: each holds a
-// descriptor until the run ends.
-const maxFileIDs = 100
+// resolvers are what policy needs of the daemon's state for a request of
+// who in image.
+func (s *Server) resolvers(image string, who peer.Caller) policy.Resolvers {
+	return policy.Resolvers{
+		Defaults: s.imgCfg.Load().ImageDefaults(image),
+		Sink:     func(as string) (spec.FileSink, error) { return s.returnSink(as, who) },
+		Open:     func(id string) (spec.File, error) { return s.storedFile(id, who) },
+	}
+}
 
 // run admits the request and runs it in a jail. The run is killed when the
 // client goes away (r.Context is cancelled) or when the daemon aborts.
@@ -190,237 +185,6 @@ func (s *Server) setQuotaHeader(w http.ResponseWriter, who peer.Caller) {
 	if n := s.adm.QuotaRemaining(who); n >= 0 {
 		w.Header().Set(api.QuotaHeader, strconv.FormatInt(n, 10))
 	}
-}
-
-func invalid(format string, args ...any) error {
-	return errdefs.New(errdefs.ErrInvalidArgument, format, args...)
-}
-
-// jailRequest validates an execute request into the engine's typed form.
-func (s *Server) jailRequest(req *api.ExecuteRequest, who peer.Caller) (*spec.Request, error) {
-	if err := checkRunCode(req.Code); err != nil {
-		return nil, err
-	}
-	im, err := s.image(req.Image)
-	if err != nil {
-		return nil, err
-	}
-	limits, err := s.limits(req.Limits, who, im.Name)
-	if err != nil {
-		return nil, err
-	}
-	jr := &spec.Request{Code: req.Code, LastLineInteractive: req.LastLineInteractive, Env: req.Env, Limits: limits, Image: im.Name}
-	if req.Stdin != nil {
-		if len(*req.Stdin) > maxStdinBytes {
-			return nil, errdefs.Field("stdin", "is %d bytes; the maximum is %d", len(*req.Stdin), maxStdinBytes)
-		}
-		jr.Stdin = []byte(*req.Stdin)
-	}
-	if err := checkPatterns(req.ReturnFiles); err != nil {
-		return nil, err
-	}
-	jr.ReturnFiles = req.ReturnFiles
-	if jr.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
-		return nil, err
-	}
-	if err := spec.ValidateEnv(req.Env); err != nil {
-		return nil, err // a field error of env already
-	}
-	if jr.Network, err = s.network(req, who); err != nil {
-		return nil, err
-	}
-	// Last: stored files are opened here, and nothing after may fail.
-	if jr.Files, err = s.decodeFiles(req.Files, limits.WorkspaceBytes, who); err != nil {
-		return nil, err
-	}
-	return jr, nil
-}
-
-// checkRunCode checks code to run: checkCode, and not empty.
-func checkRunCode(code string) error {
-	if code == "" {
-		return errdefs.Field("code", "is required and must not be empty")
-	}
-	return checkCode(code)
-}
-
-// decodeFiles validates files and decodes their contents, at most
-// workspace bytes in total; a file_id opens the caller's stored file (the
-// caller closes it: closeFiles).
-func (s *Server) decodeFiles(files []api.FileIn, workspaceBytes int64, who peer.Caller) (_ []spec.File, err error) {
-	if len(files) > spec.MaxFiles {
-		return nil, errdefs.Field("files", "has %d entries; the maximum is %d", len(files), spec.MaxFiles)
-	}
-	var out []spec.File
-	defer func() {
-		if err != nil {
-			closeFiles(out)
-		}
-	}()
-	seen := map[string]bool{}
-	opened := map[string]spec.File{}
-	var total int64
-	for i, f := range files {
-		if err := spec.ValidatePath(f.Path); err != nil {
-			return nil, errdefs.InField(fmt.Sprintf("files[%d].path", i), err)
-		}
-		if seen[f.Path] {
-			return nil, errdefs.Field(fmt.Sprintf("files[%d].path", i), "duplicate path %q", f.Path)
-		}
-		seen[f.Path] = true
-		var rf spec.File
-		switch {
-		case f.FileID != "" && f.ContentB64 != "":
-			return nil, errdefs.Field(fmt.Sprintf("files[%d]", i), "has both content_b64 and file_id; give one")
-		case f.FileID != "":
-			field := fmt.Sprintf("files[%d].file_id", i)
-			if s.files == nil {
-				return out, errdefs.Field(field, "needs the file store, which is disabled on this daemon (files.enabled in its configuration)")
-			}
-			if prev, ok := opened[f.FileID]; ok {
-				rf = prev // one descriptor per stored file: written one at a time
-			} else {
-				if len(opened) == maxFileIDs {
-					return out, errdefs.Field("files", "names more than %d different file_id", maxFileIDs)
-				}
-				if rf, err = s.storedFile(f.FileID, who); err != nil {
-					if _, class := errdefs.Classify(err); class == errdefs.ErrInternal.Error() {
-						return out, err // the daemon's, not the caller's
-					}
-					return out, errdefs.InField(field, err)
-				}
-				opened[f.FileID] = rf
-			}
-			out = append(out, rf) // closed on error from here on
-		default:
-			data, err := base64.StdEncoding.DecodeString(f.ContentB64)
-			if err != nil {
-				return nil, errdefs.Field(fmt.Sprintf("files[%d].content_b64", i), "not valid standard base64: %v", err)
-			}
-			rf = spec.File{Data: data}
-			out = append(out, rf)
-		}
-		out[len(out)-1].Path = f.Path
-		total += out[len(out)-1].Size + int64(len(rf.Data))
-		if total > workspaceBytes {
-			return out, errdefs.Field("files", "%d bytes in total, more than the workspace size of %d bytes", total, workspaceBytes)
-		}
-	}
-	// A file cannot also be a directory of another.
-	for i, f := range files {
-		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
-			if seen[dir] {
-				return out, errdefs.Field(fmt.Sprintf("files[%d].path", i), "%q is inside %q, which is a file of this request", f.Path, dir)
-			}
-		}
-	}
-	return out, nil
-}
-
-func checkPatterns(patterns []string) error {
-	if len(patterns) > spec.MaxPatterns {
-		return errdefs.Field("return_files", "has %d entries; the maximum is %d", len(patterns), spec.MaxPatterns)
-	}
-	for i, p := range patterns {
-		if err := spec.ValidatePattern(p); err != nil {
-			return errdefs.InField(fmt.Sprintf("return_files[%d]", i), err)
-		}
-	}
-	return nil
-}
-
-// network resolves a request's network and allow_hosts against the
-// daemon's policy.
-func (s *Server) network(req *api.ExecuteRequest, who peer.Caller) (*spec.Network, error) {
-	switch req.Network {
-	case "", api.NetworkNone:
-		if len(req.AllowHosts) > 0 {
-			return nil, invalid(`allow_hosts needs "network": "internet"`)
-		}
-		return nil, nil
-	case api.NetworkInternet:
-	default:
-		return nil, errdefs.Field("network", `must be "none" or "internet", got %q`, req.Network)
-	}
-	pol := s.cfg.Network
-	if !pol.Enabled {
-		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: this daemon has network egress disabled (network.enabled in its configuration)`)
-	}
-	if !who.Network {
-		return nil, errdefs.New(errdefs.ErrForbidden, `"network": "internet" refused: %s is not allowed network egress (%s)`, who.Who(), networkHint(who, pol.AllowGroup))
-	}
-	list := req.AllowHosts
-	if len(list) == 0 {
-		list = pol.AllowHosts
-	}
-	allow, err := allowlist.ParseList(list)
-	if err != nil {
-		return nil, errdefs.Field("allow_hosts", "%v", err)
-	}
-	if len(pol.AllowHosts) > 0 && !who.Admin {
-		ceiling, _ := allowlist.ParseList(pol.AllowHosts) // validated with the config
-		for _, a := range allow {
-			if !slices.Contains(ceiling, a) {
-				return nil, errdefs.New(errdefs.ErrForbidden, "allow_hosts: %q is not among the destinations this daemon allows (%s)", a, strings.Join(pol.AllowHosts, ", "))
-			}
-		}
-	}
-	return &spec.Network{Allow: allow}, nil
-}
-
-// limits resolves a request's limits: the defaults of its image for what
-// it leaves out,
-// and a clear refusal, naming the field and the bound, for a value below 1
-// or above the caller's maxima. A caller can never raise a limit.
-func (s *Server) limits(in *api.Limits, who peer.Caller, image string) (spec.Limits, error) {
-	d, m := s.imgCfg.Load().ImageDefaults(image), s.cfg.Maxima
-	if who.Admin {
-		m = s.cfg.AdminMaxima
-	}
-	v := d
-	if in != nil {
-		fields := []struct {
-			name     string
-			req      *int64
-			dst, max *int64
-		}{
-			{"timeout_ms", in.TimeoutMs, &v.TimeoutMs, &m.TimeoutMs},
-			{"memory_mb", in.MemoryMB, &v.MemoryMB, &m.MemoryMB},
-			{"pids", in.Pids, &v.Pids, &m.Pids},
-			{"file_size_mb", in.FileSizeMB, &v.FileSizeMB, &m.FileSizeMB},
-			{"output_bytes", in.OutputBytes, &v.OutputBytes, &m.OutputBytes},
-		}
-		for _, f := range fields {
-			if f.req == nil {
-				continue
-			}
-			switch {
-			case *f.req < 1:
-				return spec.Limits{}, errdefs.Field("limits."+f.name, "must be at least 1, got %d", *f.req)
-			case *f.req > *f.max:
-				return spec.Limits{}, errdefs.Field("limits."+f.name, "%d is above the maximum of %d for this caller", *f.req, *f.max)
-			}
-			*f.dst = *f.req
-		}
-	}
-	return EngineLimits(v), nil
-}
-
-// EngineLimits turns wire limits into the engine's, deriving the limits a
-// caller does not set (workspace, address space, ...) from the defaults.
-func EngineLimits(v config.Limits) spec.Limits {
-	l := spec.DefaultLimits()
-	l.Timeout = time.Duration(v.TimeoutMs) * time.Millisecond
-	l.MemoryBytes = v.MemoryMB << 20
-	l.Pids = v.Pids
-	l.FileSizeBytes = v.FileSizeMB << 20
-	l.OutputBytes = v.OutputBytes
-	// The workspace must hold at least one file of the largest size allowed.
-	l.WorkspaceBytes = max(l.WorkspaceBytes, l.FileSizeBytes)
-	// RLIMIT_AS is no memory limit (the cgroup is); it stops absurd mappings
-	// and must stay well above memory_mb.
-	l.AddressSpaceBytes = max(l.AddressSpaceBytes, 4*l.MemoryBytes)
-	return l
 }
 
 // response maps an engine result to the wire, with one actionable line in
@@ -538,12 +302,4 @@ func signalName(sig int) string {
 		return n
 	}
 	return "signal " + strconv.Itoa(sig)
-}
-
-// networkHint says how a caller gets egress.
-func networkHint(who peer.Caller, group string) string {
-	if who.Client != "" {
-		return "its [[tls.clients]] entry needs network = true"
-	}
-	return fmt.Sprintf("it needs to be in group %q, or an admin", group)
 }

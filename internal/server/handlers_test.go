@@ -18,9 +18,9 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/ruff"
 	"github.com/jaild/jaild/internal/run/spec"
-	"github.com/jaild/jaild/internal/server"
 	"github.com/jaild/jaild/internal/server/servertest"
 )
 
@@ -118,7 +118,7 @@ func TestExecuteMapsTheResult(t *testing.T) {
 	}
 	reqs := h.Engine.Requests()
 	if len(reqs) != 1 || string(reqs[0].Stdin) != "in" || reqs[0].Files[0].Path != "a/b/c.txt" || string(reqs[0].Files[0].Data) != "data" ||
-		reqs[0].Limits != server.EngineLimits(config.Default().Defaults) {
+		reqs[0].Limits != policy.EngineLimits(config.Default().Defaults) {
 		t.Errorf("engine got %+v", reqs)
 	}
 	if !strings.Contains(h.Log(), `"code_sha256"`) {

@@ -13,6 +13,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/filestore"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/ruff"
 	"github.com/jaild/jaild/internal/run/spec"
 )
@@ -63,14 +64,14 @@ func TestOpenAPIBounds(t *testing.T) {
 	}
 	const S = "/components/schemas/"
 	for ptr, want := range map[string]int64{
-		S + "ExecuteRequest/properties/code/maxLength":                     maxCodeBytes,
+		S + "ExecuteRequest/properties/code/maxLength":                     policy.MaxCodeBytes,
 		S + "ExecuteRequest/properties/code/minLength":                     1,
-		S + "SessionExecuteRequest/properties/code/maxLength":              maxCodeBytes,
+		S + "SessionExecuteRequest/properties/code/maxLength":              policy.MaxCodeBytes,
 		S + "SessionExecuteRequest/properties/code/minLength":              1,
-		S + "LintRequest/properties/code/maxLength":                        maxCodeBytes,
-		S + "FormatRequest/properties/code/maxLength":                      maxCodeBytes,
-		S + "ExecuteRequest/properties/stdin/maxLength":                    maxStdinBytes,
-		S + "SessionExecuteRequest/properties/stdin/maxLength":             maxSessionStdinBytes,
+		S + "LintRequest/properties/code/maxLength":                        policy.MaxCodeBytes,
+		S + "FormatRequest/properties/code/maxLength":                      policy.MaxCodeBytes,
+		S + "ExecuteRequest/properties/stdin/maxLength":                    policy.MaxStdinBytes,
+		S + "SessionExecuteRequest/properties/stdin/maxLength":             policy.MaxSessionStdinBytes,
 		S + "ExecuteRequest/properties/files/maxItems":                     spec.MaxFiles,
 		S + "SessionCreateRequest/properties/files/maxItems":               spec.MaxFiles,
 		S + "SessionExecuteRequest/properties/files/maxItems":              spec.MaxFiles,
@@ -169,7 +170,7 @@ func TestOpenAPIBounds(t *testing.T) {
 	mentions("/components/responses/TooLarge", "max_body_bytes", def.MaxBodyBytes)
 	mentions("/components/responses/RateLimited", "admission.rate_per_minute", def.Admission.RatePerMinute, "burst "+strconv.Itoa(def.Admission.Burst), def.Admission.DailyQuota, "sessions.max_per_uid")
 	mentions("/paths/~1v1~1files/post", "at most "+strconv.Itoa(maxFormParts)+" parts", "each part's header at most "+strconv.Itoa(maxPartHead>>10)+" KiB")
-	mentions(S+"ExecuteRequest/properties/files", "at most "+strconv.Itoa(maxFileIDs)+" different `file_id`s")
+	mentions(S+"ExecuteRequest/properties/files", "at most "+strconv.Itoa(policy.MaxFileIDs)+" different `file_id`s")
 	mentions(S+"ExecuteResponse/properties/figures", "at most "+strconv.Itoa(spec.MaxFigures), strconv.Itoa(spec.MaxFigureBytes>>20)+" MiB each", strconv.Itoa(spec.MaxFiguresTotalBytes>>20)+" MiB together")
 	mentions(S+"ExecuteRequest/properties/return_files", "At most "+strconv.Itoa(spec.MaxReturnFiles)+" files", strconv.Itoa(spec.MaxReturnFileBytes>>20)+" MiB and "+strconv.Itoa(spec.MaxReturnTotalBytes>>20)+" MiB together")
 

@@ -31,6 +31,7 @@ import (
 	"github.com/jaild/jaild/internal/filestore"
 	"github.com/jaild/jaild/internal/metrics"
 	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/pool"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run/spec"
@@ -70,7 +71,8 @@ type Server struct {
 	sessions *sessions.Manager
 	log      *slog.Logger
 	audit    *auditor
-	policy   *peer.Policy // who a caller is: admin, network
+	peers    *peer.Policy  // who a caller is: admin, network
+	policy   policy.Policy // requests against the callers' maxima
 	baseCtx  context.Context
 	stop     context.CancelFunc
 	budget   *memBudget
@@ -113,7 +115,8 @@ func New(cfg config.Config, deps Deps) (*Server, error) {
 		files:    deps.Files,
 	}
 	s.SetImages(cfg)
-	s.policy = peer.NewPolicy(cfg, log)
+	s.peers = peer.NewPolicy(cfg, log)
+	s.policy = policy.New(cfg)
 	var err error
 	if s.audit, err = newAuditor(cfg.Audit, log); err != nil {
 		return nil, err
@@ -240,7 +243,7 @@ func (s *Server) Close() {
 // identified by its peer credentials under the daemon's policy, and at
 // most maxConns are open at once (see peer.Listen).
 func (s *Server) Listen(ln net.Listener, maxConns int) *peer.Listener {
-	return peer.Listen(ln, maxConns, s.policy, s.log)
+	return peer.Listen(ln, maxConns, s.peers, s.log)
 }
 
 // Usage reports runs in progress and queued.

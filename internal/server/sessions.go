@@ -1,18 +1,16 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/peer"
+	"github.com/jaild/jaild/internal/policy"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/sessions"
 )
@@ -31,26 +29,16 @@ type Session interface {
 
 // sessionMeta is what the server keeps of a session beside its handle.
 type sessionMeta struct {
-	h           Session
-	limits      spec.Limits // the jail's, with the calls' default timeout and output bound
-	wireLimits  api.LimitValues
-	network     string
-	image       string
-	maxTimeout  int64 // the owner's maxima for a call
-	maxOutput   int64
-	workspaceSz int64
+	h          Session
+	bounds     policy.CallBounds // the calls' defaults and bounds
+	wireLimits api.LimitValues
+	network    string
+	image      string
 }
 
 func (s *Server) sessionCaller(r *http.Request) (peer.Caller, sessions.Caller) {
 	who := callerOf(r)
 	return who, sessions.Caller{UID: who.UID, Admin: who.Admin}
-}
-
-func (s *Server) sessionsEnabled() error {
-	if !s.cfg.Sessions.Enabled {
-		return errdefs.New(errdefs.ErrForbidden, "sessions are disabled on this daemon (sessions.enabled in its configuration)")
-	}
-	return nil
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
@@ -59,7 +47,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		s.audit.refused(who, "session_create", err)
 		return err
 	}
-	if err := s.sessionsEnabled(); err != nil {
+	if err := s.policy.Sessions(); err != nil {
 		return fail(err)
 	}
 	mem := s.newLease(who)
@@ -73,44 +61,31 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(err)
 	}
-	limits, err := s.limits(req.Limits, who, im.Name)
+	plan, err := s.policy.Session(&req, im.Name, who, s.resolvers(im.Name, who))
 	if err != nil {
 		return fail(err)
 	}
-	sc := s.cfg.Sessions
-	idle, err := seconds("idle_timeout_s", req.IdleTimeoutS, sc.IdleTimeout.Duration, sc.MaxIdleTimeout.Duration)
+	defer policy.CloseFiles(plan.Spec.Files)
+	info, err := s.makeSession(w, r, who, plan)
 	if err != nil {
 		return fail(err)
 	}
-	maxTTL := sc.MaxTTL.Duration
-	if who.Admin {
-		maxTTL = sc.AdminMaxTTL.Duration
-	}
-	ttl, err := seconds("ttl_s", req.TTLS, sc.TTL.Duration, maxTTL)
-	if err != nil {
-		return fail(err)
-	}
-	if err := spec.ValidateEnv(req.Env); err != nil {
-		return fail(err)
-	}
-	files, err := s.decodeFiles(req.Files, limits.WorkspaceBytes, who)
-	if err != nil {
-		return fail(err)
-	}
-	defer closeFiles(files)
-	netw, err := s.network(&api.ExecuteRequest{Network: req.Network, AllowHosts: req.AllowHosts}, who)
-	if err != nil {
-		return fail(err)
-	}
-	if err := memoryFits(limits.MemoryBytes); err != nil {
-		return fail(err)
-	}
+	meta := info.Meta.(*sessionMeta)
+	s.log.Info("audit", "op", "session_create", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
+		"session_id", info.ID, "image", im.Name, "warm", meta.h.Warm(), "memory_mb", plan.Limits.MemoryBytes>>20, "pids", plan.Limits.Pids,
+		"idle_timeout_s", int64(plan.Idle/time.Second), "ttl_s", int64(plan.TTL/time.Second), "network", meta.network)
+	writeJSON(w, http.StatusCreated, sessionWire(info))
+	return nil
+}
+
+// makeSession reserves the session's place in the table, admits the
+// creation (a jail holds a run slot and counts against the caller's rate
+// and quota, as a run does), makes it and adds it to the table.
+func (s *Server) makeSession(w http.ResponseWriter, r *http.Request, who peer.Caller, plan *policy.Session) (sessions.Info, error) {
 	res, err := s.sessions.Reserve(who.UID)
 	if err != nil {
-		return fail(err)
+		return sessions.Info{}, err
 	}
-	// Creating a jail holds a run slot and counts against the caller's
-	// rate and quota, as a run does.
 	release, err := s.admit(r.Context(), who)
 	s.setQuotaHeader(w, who)
 	if err != nil {
@@ -118,87 +93,29 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		if r.Context().Err() != nil {
 			err = errdefs.New(errdefs.ErrUnavailable, "client went away while queued")
 		}
-		return fail(err)
+		return sessions.Info{}, err
 	}
-	limitsLife := limits
-	limitsLife.Timeout = ttl // RLIMIT_CPU's hard limit: one interpreter's CPU over the session's life
-	h, err := s.engine.NewSession(spec.SessionSpec{Limits: limitsLife, Network: netw, Files: files, Env: req.Env, Image: im.Name})
+	h, err := s.engine.NewSession(plan.Spec)
 	release()
 	if err != nil {
 		res.Release()
-		return fail(fmt.Errorf("create session: %w", err))
+		return sessions.Info{}, fmt.Errorf("create session: %w", err)
 	}
-	m := s.cfg.Maxima
-	if who.Admin {
-		m = s.cfg.AdminMaxima
-	}
-	meta := &sessionMeta{
-		h: h, limits: limits, wireLimits: wireOf(limits), network: api.NetworkNone, image: im.Name,
-		maxTimeout: m.TimeoutMs, maxOutput: m.OutputBytes, workspaceSz: limits.WorkspaceBytes,
-	}
-	if netw != nil {
+	meta := &sessionMeta{h: h, bounds: plan.Bounds, wireLimits: policy.WireLimits(plan.Limits), network: api.NetworkNone, image: plan.Spec.Image}
+	if plan.Spec.Network != nil {
 		meta.network = api.NetworkInternet
 	}
-	info, err := s.sessions.Add(res, h, idle, ttl, meta)
+	info, err := s.sessions.Add(res, h, plan.Idle, plan.TTL, meta)
 	if err != nil {
-		return fail(err)
+		return sessions.Info{}, err
 	}
 	if r.Context().Err() != nil {
 		// Nobody will learn this session's id: end it now rather than at
 		// its idle timeout.
 		_, _ = s.sessions.Delete(info.ID, sessions.Caller{UID: who.UID, Admin: who.Admin})
-		return fail(errdefs.New(errdefs.ErrUnavailable, "client went away while the session was made; it was ended"))
+		return sessions.Info{}, errdefs.New(errdefs.ErrUnavailable, "client went away while the session was made; it was ended")
 	}
-	s.log.Info("audit", "op", "session_create", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
-		"session_id", info.ID, "image", im.Name, "warm", h.Warm(), "memory_mb", limits.MemoryBytes>>20, "pids", limits.Pids,
-		"idle_timeout_s", int64(idle/time.Second), "ttl_s", int64(ttl/time.Second), "network", meta.network)
-	writeJSON(w, http.StatusCreated, sessionWire(info))
-	return nil
-}
-
-// seconds resolves an optional duration field in seconds.
-func seconds(field string, v *int64, def, most time.Duration) (time.Duration, error) {
-	if v == nil {
-		return def, nil
-	}
-	maxS := int64(most / time.Second)
-	if *v < 1 || *v > maxS {
-		return 0, errdefs.Field(field, "must be in 1..%d for this caller, got %d", maxS, *v)
-	}
-	return time.Duration(*v) * time.Second, nil
-}
-
-// memoryFits refuses a session whose memory limit the host's available
-// memory could not hold (503): a session holds its memory between calls.
-func memoryFits(limit int64) error {
-	avail, ok := memAvailable()
-	if !ok || avail >= uint64(limit) {
-		return nil
-	}
-	return errdefs.New(errdefs.ErrUnavailable, "the host has %d MiB of memory available, less than the session's memory_mb of %d; try later or ask for less", avail>>20, limit>>20)
-}
-
-func memAvailable() (uint64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
-}
-
-func wireOf(l spec.Limits) api.LimitValues {
-	return api.LimitValues{
-		TimeoutMs: l.Timeout.Milliseconds(), MemoryMB: l.MemoryBytes >> 20, Pids: l.Pids,
-		FileSizeMB: l.FileSizeBytes >> 20, OutputBytes: l.OutputBytes,
-	}
+	return info, nil
 }
 
 func sessionWire(i sessions.Info) api.Session {
@@ -231,7 +148,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decode(w, r, &req); err != nil {
 		return fail(err)
 	}
-	if err := sessionCallFields(&req); err != nil {
+	if err := policy.CallFields(&req); err != nil {
 		return fail(err)
 	}
 	_, info, done, err := s.sessions.Begin(id, sw)
@@ -240,11 +157,11 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer done(0) // a call refused or failed before it ran
 	meta := info.Meta.(*sessionMeta)
-	call, err := s.sessionCall(&req, meta, who)
+	call, err := policy.Call(&req, meta.bounds, s.resolvers(meta.image, who))
 	if err != nil {
 		return fail(err)
 	}
-	defer closeFiles(call.Files)
+	defer policy.CloseFiles(call.Files)
 	if err := s.reserveRun(r.Context(), mem, call.OutputBytes, len(call.ReturnFiles) > 0 && call.Store == nil); err != nil {
 		return fail(err)
 	}
@@ -285,7 +202,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	}
 	done(res.Count)
 	res.Result.Image = meta.image
-	l := meta.limits
+	l := meta.bounds.Limits
 	l.Timeout, l.OutputBytes = call.Timeout, call.OutputBytes
 	bulk := newBulkSet()
 	var events []finalEvent
@@ -347,76 +264,6 @@ func sentences(msg, more string) string {
 		return msg + " " + more
 	}
 	return msg + ". " + more
-}
-
-// sessionCallFields refuses the fields that are the session's.
-func sessionCallFields(req *api.SessionExecuteRequest) error {
-	const why = "is the session's, set when it was created; a call cannot change it"
-	switch {
-	case len(req.Env) > 0:
-		return errdefs.Field("env", why)
-	case req.Network != "":
-		return errdefs.Field("network", why)
-	case len(req.AllowHosts) > 0:
-		return errdefs.Field("allow_hosts", why)
-	}
-	if l := req.Limits; l != nil {
-		switch {
-		case l.MemoryMB != nil:
-			return errdefs.Field("limits.memory_mb", why)
-		case l.Pids != nil:
-			return errdefs.Field("limits.pids", why)
-		case l.FileSizeMB != nil:
-			return errdefs.Field("limits.file_size_mb", why)
-		}
-	}
-	return nil
-}
-
-// sessionCall validates a call into the engine's form: the session's
-// defaults for what it leaves out, the owner's maxima as the bounds.
-func (s *Server) sessionCall(req *api.SessionExecuteRequest, m *sessionMeta, who peer.Caller) (*spec.Call, error) {
-	if err := checkRunCode(req.Code); err != nil {
-		return nil, err
-	}
-	c := &spec.Call{Code: req.Code, Timeout: m.limits.Timeout, OutputBytes: m.limits.OutputBytes, LastLineInteractive: true}
-	if req.LastLineInteractive != nil {
-		c.LastLineInteractive = *req.LastLineInteractive
-	}
-	if l := req.Limits; l != nil {
-		if v := l.TimeoutMs; v != nil {
-			if *v < 1 || *v > m.maxTimeout {
-				return nil, errdefs.Field("limits.timeout_ms", "must be in 1..%d for this caller, got %d", m.maxTimeout, *v)
-			}
-			c.Timeout = time.Duration(*v) * time.Millisecond
-		}
-		if v := l.OutputBytes; v != nil {
-			if *v < 1 || *v > m.maxOutput {
-				return nil, errdefs.Field("limits.output_bytes", "must be in 1..%d for this caller, got %d", m.maxOutput, *v)
-			}
-			c.OutputBytes = *v
-		}
-	}
-	if req.Stdin != nil {
-		// A call's stdin travels in its job, escaped: a smaller bound than
-		// a run's.
-		if len(*req.Stdin) > maxSessionStdinBytes {
-			return nil, errdefs.Field("stdin", "is %d bytes; the maximum in a session call is %d", len(*req.Stdin), maxSessionStdinBytes)
-		}
-		c.Stdin = []byte(*req.Stdin)
-	}
-	if err := checkPatterns(req.ReturnFiles); err != nil {
-		return nil, err
-	}
-	c.ReturnFiles = req.ReturnFiles
-	var err error
-	if c.Store, err = s.returnSink(req.ReturnFilesAs, who); err != nil {
-		return nil, err
-	}
-	if c.Files, err = s.decodeFiles(req.Files, m.workspaceSz, who); err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {

@@ -28,7 +28,7 @@ func (s *Server) TLSServer(auth *tlsauth.Auth) *http.Server {
 				s.writeError(w, r, errdefs.New(errdefs.ErrForbidden, "%v", err))
 				return
 			}
-			who := s.policy.Client(id)
+			who := s.peers.Client(id)
 			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, who)))
 		}),
 		// The handshake is bounded by the first of these (a client that
