@@ -76,6 +76,9 @@ const (
 // cannot be made harmless (an unfiltered kernel applies the persona to the
 // caller), and the x32 probe has Sigsys set; run probes in a throw-away
 // child process. The returned slice is freshly allocated.
+//
+// It is longer than a function should be because it is a table: one
+// entry per argument condition of the profile, which reads best whole.
 func ConditionalProbes() []Probe {
 	var ps []Probe
 	cloneFlags := []struct {

@@ -215,6 +215,24 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		after = info
 		after.State, after.EndReason = sessions.StateEnded, res.EndReason
 	}
+	sessionStatus(resp, id, after, res)
+	s.audit.ranSession(who, id, res.Count, req.Code, l, res, queued, time.Since(start))
+	if live != nil {
+		if !began {
+			call.OnStart(res.ID, res.Warm)
+		}
+		if err := live.end(append(events, finalEvent{api.EventDone, resp, bulk})); err != nil {
+			s.log.Info("streamed session call: client stopped reading", "session_id", id, "err", err)
+		}
+		return nil
+	}
+	writeBulk(w, http.StatusOK, resp, bulk)
+	return nil
+}
+
+// sessionStatus fills in what became of the session id after a call
+// (after: the table's view of it then) and says so in the message.
+func sessionStatus(resp *api.SessionExecuteResponse, id string, after sessions.Info, res *spec.CallResult) {
 	resp.Session = api.SessionStatus{SessionID: id, State: after.State, StateLost: res.StateLost}
 	if after.EndReason != "" {
 		reason := after.EndReason
@@ -233,18 +251,6 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		}
 		resp.Message = sentences(resp.Message, "The session has ended ("+reason+").")
 	}
-	s.audit.ranSession(who, id, res.Count, req.Code, l, res, queued, time.Since(start))
-	if live != nil {
-		if !began {
-			call.OnStart(res.ID, res.Warm)
-		}
-		if err := live.end(append(events, finalEvent{api.EventDone, resp, bulk})); err != nil {
-			s.log.Info("streamed session call: client stopped reading", "session_id", id, "err", err)
-		}
-		return nil
-	}
-	writeBulk(w, http.StatusOK, resp, bulk)
-	return nil
 }
 
 func lostMessage(res *spec.CallResult) string {
