@@ -103,8 +103,9 @@ $(GOLANGCI):
 	GOBIN=$(GO_CACHE)/tools/.build $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	mv $(GO_CACHE)/tools/.build/golangci-lint $@
 
-lint: deps $(GOLANGCI) ## the style rules of .golangci.yml: import grouping, errorlint, only internal/jail imports runc, package docs
+lint: deps $(GOLANGCI) ## the style rules of .golangci.yml: import grouping, errorlint, the layering (depguard; its deliberate violations must be refused), package docs
 	$(GOLANGCI) run ./...
+	bash tests/lint/layering.sh $(GOLANGCI)
 
 # Every package but those that need root and real jails (internal/jail,
 # internal/run, tests, and tests/vm/guest, which runs inside the VM guest).
