@@ -18,19 +18,13 @@ import (
 )
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	who := callerOf(r)
-	fail := func(err error) error {
-		s.audit.refused(who, "execute", err)
+	var req api.ExecuteRequest
+	o, err := s.begin(w, r, "execute", &req)
+	if err != nil {
 		return err
 	}
-	mem := s.newLease(who)
-	defer mem.release()
-	s.budgetBody(r, mem)
-	var req api.ExecuteRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return fail(err)
-	}
+	defer o.done()
+	who, start, mem, fail := o.who, o.start, o.mem, o.fail
 	jr, err := s.jailRequest(&req, who)
 	if err != nil {
 		return fail(err)

@@ -13,16 +13,13 @@ import (
 )
 
 func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	who := callerOf(r)
 	var req api.LintRequest
-	mem := s.newLease(who)
-	defer mem.release()
-	s.budgetBody(r, mem)
-	err := s.decode(w, r, &req)
-	if err == nil {
-		err = policy.Code(req.Code)
+	o, err := s.begin(w, r, "lint", &req)
+	if err != nil {
+		return err
 	}
+	defer o.done()
+	err = policy.Code(req.Code)
 	if err == nil {
 		err = ruff.CheckRules("select", req.Select)
 	}
@@ -34,18 +31,13 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 		image, err = s.ruffImage(req.Image)
 	}
 	if err != nil {
-		s.audit.refused(who, "lint", err)
-		return err
+		return o.fail(err)
 	}
 	args := ruff.CheckArgs(req.Select, req.Ignore)
-	jr := &spec.Request{Command: args, Stdin: []byte(req.Code), Env: policy.RuffEnv(), Limits: s.policy.RuffLimits(), Image: image}
-	res, queued, err := s.run(r.Context(), who, jr)
-	s.setQuotaHeader(w, who)
+	res, err := s.ruff(w, r, o, args, req.Code, image)
 	if err != nil {
-		s.audit.refused(who, "lint", err)
 		return err
 	}
-	s.audit.ran(who, "lint", req.Code, jr.Limits, res, queued, time.Since(start))
 	if err := ruffFailed(res); err != nil {
 		return err
 	}
@@ -56,6 +48,18 @@ func (s *Server) lint(w http.ResponseWriter, r *http.Request) error {
 	out := api.LintResponse{Diagnostics: diags}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// ruff runs ruff's args over code in image for operation o.
+func (s *Server) ruff(w http.ResponseWriter, r *http.Request, o *op, args []string, code, image string) (*spec.Result, error) {
+	jr := &spec.Request{Command: args, Stdin: []byte(code), Env: policy.RuffEnv(), Limits: s.policy.RuffLimits(), Image: image}
+	res, queued, err := s.run(r.Context(), o.who, jr)
+	s.setQuotaHeader(w, o.who)
+	if err != nil {
+		return nil, o.fail(err)
+	}
+	s.audit.ran(o.who, o.name, code, jr.Limits, res, queued, time.Since(o.start))
+	return res, nil
 }
 
 // ruffFailed turns a ruff run that did not complete into an error.
@@ -72,32 +76,24 @@ func ruffFailed(res *spec.Result) error {
 }
 
 func (s *Server) format(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	who := callerOf(r)
 	var req api.FormatRequest
-	mem := s.newLease(who)
-	defer mem.release()
-	s.budgetBody(r, mem)
-	err := s.decode(w, r, &req)
-	if err == nil {
-		err = policy.Code(req.Code)
+	o, err := s.begin(w, r, "format", &req)
+	if err != nil {
+		return err
 	}
+	defer o.done()
+	err = policy.Code(req.Code)
 	var image string
 	if err == nil {
 		image, err = s.ruffImage(req.Image)
 	}
 	if err != nil {
-		s.audit.refused(who, "format", err)
-		return err
+		return o.fail(err)
 	}
-	jr := &spec.Request{Command: ruff.FormatArgs(), Stdin: []byte(req.Code), Env: policy.RuffEnv(), Limits: s.policy.RuffLimits(), Image: image}
-	res, queued, err := s.run(r.Context(), who, jr)
-	s.setQuotaHeader(w, who)
+	res, err := s.ruff(w, r, o, ruff.FormatArgs(), req.Code, image)
 	if err != nil {
-		s.audit.refused(who, "format", err)
 		return err
 	}
-	s.audit.ran(who, "format", req.Code, jr.Limits, res, queued, time.Since(start))
 	if res.Status == spec.StatusError && res.ExitCode == 2 {
 		// ruff format exits 2 on code it cannot parse.
 		first, _, _ := strings.Cut(strings.TrimSpace(strings.ToValidUTF8(string(res.Stderr), "?")), "\n")

@@ -42,21 +42,17 @@ func (s *Server) sessionCaller(r *http.Request) (peer.Caller, sessions.Caller) {
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
-	who, _ := s.sessionCaller(r)
-	fail := func(err error) error {
-		s.audit.refused(who, "session_create", err)
+	if err := s.policy.Sessions(); err != nil {
+		s.audit.refused(callerOf(r), "session_create", err)
 		return err
 	}
-	if err := s.policy.Sessions(); err != nil {
-		return fail(err)
-	}
-	mem := s.newLease(who)
-	defer mem.release()
-	s.budgetBody(r, mem)
 	var req api.SessionCreateRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return fail(err)
+	o, err := s.begin(w, r, "session_create", &req)
+	if err != nil {
+		return err
 	}
+	defer o.done()
+	who, fail := o.who, o.fail
 	im, err := s.image(req.Image)
 	if err != nil {
 		return fail(err)
@@ -134,20 +130,15 @@ func sessionWire(i sessions.Info) api.Session {
 }
 
 func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	who, sw := s.sessionCaller(r)
-	id := r.PathValue("id")
-	fail := func(err error) error {
-		s.audit.refused(who, "session_execute", err)
+	var req api.SessionExecuteRequest
+	o, err := s.begin(w, r, "session_execute", &req)
+	if err != nil {
 		return err
 	}
-	mem := s.newLease(who)
-	defer mem.release()
-	s.budgetBody(r, mem)
-	var req api.SessionExecuteRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return fail(err)
-	}
+	defer o.done()
+	who, start, mem, fail := o.who, o.start, o.mem, o.fail
+	sw := sessions.Caller{UID: who.UID, Admin: who.Admin}
+	id := r.PathValue("id")
 	if err := policy.CallFields(&req); err != nil {
 		return fail(err)
 	}
