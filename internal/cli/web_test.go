@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ func TestWebWiring(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--socket", d.sock, "web", "--http", "127.0.0.1:0"}, strings.NewReader(""), outW, &stderr)
+		done <- Main(ctx, []string{"--socket", d.sock, "web", "--http", "127.0.0.1:0"}, strings.NewReader(""), outW, &stderr)
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')
@@ -74,7 +74,7 @@ func TestWebRefusals(t *testing.T) {
 		{[]string{"--socket", d.sock, "web", "--http", "nonsense"}, "want HOST:PORT"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		code := Main(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
 		if code != exitError || !strings.Contains(stderr.String(), tc.mention) || stdout.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q: want exit 2 naming %q", tc.args, code, stdout.String(), stderr.String(), tc.mention)
 		}

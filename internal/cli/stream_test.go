@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ func TestExecStreamsOutput(t *testing.T) {
 	})
 	sock := serveMux(t, mux)
 	dir := t.TempDir()
-	code := run(context.Background(), []string{"--socket", sock, "exec", "-c", "x", "--out-dir", dir}, strings.NewReader(""), stdout, stderr)
+	code := Main(context.Background(), []string{"--socket", sock, "exec", "-c", "x", "--out-dir", dir}, strings.NewReader(""), stdout, stderr)
 	if accept != api.MediaNDJSON {
 		t.Errorf("Accept %q", accept)
 	}
@@ -197,7 +197,7 @@ func TestSessionExecStreams(t *testing.T) {
 	})
 	sock := serveMux(t, mux)
 	var stderr bytes.Buffer
-	code := run(context.Background(), []string{"--socket", sock, "session", "exec", "s-1", "-c", "while True: print('tick')"}, strings.NewReader(""), stdout, &stderr)
+	code := Main(context.Background(), []string{"--socket", sock, "session", "exec", "s-1", "-c", "while True: print('tick')"}, strings.NewReader(""), stdout, &stderr)
 	want := "jailctl: interrupting the call (Ctrl-C again to abandon it)\nKeyboardInterrupt\n"
 	if code != 130 || stdout.String() != "tick\n" || stderr.String() != want {
 		t.Errorf("got %d %q %q; want 130 %q", code, stdout.String(), stderr.String(), want)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ func TestMCPStdioWiring(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(context.Background(), []string{"--socket", d.sock, "mcp"}, inR, outW, &stderr)
+		done <- Main(context.Background(), []string{"--socket", d.sock, "mcp"}, inR, outW, &stderr)
 		outW.Close()
 	}()
 	go io.WriteString(inW, strings.Join([]string{

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -97,7 +97,7 @@ func jailctl(t *testing.T, sock, stdin string, args ...string) result {
 	if sock != "" {
 		args = append([]string{"--socket", sock}, args...)
 	}
-	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	code := Main(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return result{code, out.String(), errOut.String()}
 }
 
@@ -563,7 +563,7 @@ func TestInterrupt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
 	var out, errOut bytes.Buffer
-	code := run(ctx, []string{"--socket", sock, "exec", "-c", "import time; time.sleep(60)"}, strings.NewReader(""), &out, &errOut)
+	code := Main(ctx, []string{"--socket", sock, "exec", "-c", "import time; time.sleep(60)"}, strings.NewReader(""), &out, &errOut)
 	if code != 130 || errOut.String() != "jailctl: interrupted\n" {
 		t.Errorf("got %d %q; want 130 and an interrupted note", code, errOut.String())
 	}

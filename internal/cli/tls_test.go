@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -180,7 +180,7 @@ func TestTLSTargetMCPAndWeb(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr strings.Builder
 	go func() {
-		done <- run(ctx, append([]string{"web", "--http", "127.0.0.1:0"}, flags...), strings.NewReader(""), outW, &stderr)
+		done <- Main(ctx, append([]string{"web", "--http", "127.0.0.1:0"}, flags...), strings.NewReader(""), outW, &stderr)
 		outW.Close()
 	}()
 	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -208,7 +208,7 @@ func TestExecFileThroughStore(t *testing.T) {
 		<-r.Context().Done()
 	}
 	var out, errOut bytes.Buffer
-	code := run(ctx, []string{"--socket", d.sock, "exec", "--file", big, "-c", "x"}, strings.NewReader(""), &out, &errOut)
+	code := Main(ctx, []string{"--socket", d.sock, "exec", "--file", big, "-c", "x"}, strings.NewReader(""), &out, &errOut)
 	if code != 130 || d.stored() != 0 || !strings.HasSuffix(d.events(), "delete f-1") {
 		t.Errorf("Ctrl-C: %d %q; requests %q", code, errOut.String(), d.events())
 	}

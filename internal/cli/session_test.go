@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -681,7 +681,7 @@ func TestReplCtrlC(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int)
 	go func() {
-		done <- run(context.Background(), []string{"--socket", s.sock, "repl"}, pr, &out, &errOut)
+		done <- Main(context.Background(), []string{"--socket", s.sock, "repl"}, pr, &out, &errOut)
 	}()
 	io.WriteString(pw, "for i in range(3):\n")
 	time.Sleep(100 * time.Millisecond) // the line reaches the block before the Ctrl-C
