@@ -14,6 +14,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -377,6 +378,23 @@ func runVersion(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "jailctl %s\n", version.Version)
 	return exitOK
+}
+
+// fetch sends req (nil: no body) to path and decodes the answer into
+// out; with jsonOut it prints the answer as it came. ok is false when the
+// command must return rc.
+func (e *env) fetch(c *client.Client, method, path string, req, out any, jsonOut bool) (rc int, ok bool) {
+	raw, err := c.Do(e.ctx, method, path, req)
+	if err != nil {
+		return e.daemonError(err), false
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return e.errorf("malformed response: %v", err), false
+	}
+	if jsonOut {
+		e.printJSON(raw)
+	}
+	return exitOK, true
 }
 
 // printJSON writes a daemon response on stdout as it came, ending in one

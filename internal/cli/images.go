@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,14 +19,6 @@ its image file, and its warm pool (ready/size, plain and preloaded).
 exec, session new, repl, lint and format take --image NAME. "jailctl images
 --json" prints the daemon's list as JSON (the images of "jailctl info
 --json"), with every package and version.`
-
-// ruffImageUsage is the --image usage of lint and format.
-const ruffImageUsage = "run ruff in the image `NAME`, one that has ruff (default: the default image if it has ruff, else the first that has)"
-
-// imageFlag adds --image to a command.
-func imageFlag(fs *flag.FlagSet, usage string) *string {
-	return fs.String("image", "", usage)
-}
 
 func runImages(e *env, args []string) int {
 	fs := e.flagSet("images")

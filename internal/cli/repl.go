@@ -34,8 +34,8 @@ REPL; 2 for usage errors and errors from the daemon.`
 
 func runRepl(e *env, args []string) int {
 	fs := e.flagSet("repl")
-	var sf sessionFlags
-	sf.register(fs)
+	var sf runFlags
+	sf.register(fs, forSession)
 	attach := fs.String("session", "", "run in the existing session `ID` and leave it at exit (exclusive with the session flags)")
 	outDir := fs.String("out-dir", ".", "write figures beneath `DIR`, creating it")
 	daemon := targetFlags(fs)
@@ -51,7 +51,7 @@ func runRepl(e *env, args []string) int {
 	}
 	r := &repl{e: e, c: c, id: *attach, outDir: *outDir, tty: isTerminal(e.stdin)}
 	if r.id == "" {
-		req, cleanup, err := sf.request(e, c)
+		req, cleanup, err := sf.sessionRequest(e, c)
 		if err != nil {
 			return e.daemonError(err)
 		}
