@@ -4,151 +4,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/server/servertest"
+	"github.com/jaild/jaild/internal/workspace"
 )
 
-// storeDaemon is a daemon with a file store (unless disabled) and an
-// execute whose answer a test sets; it logs every request.
-type storeDaemon struct {
-	sock    string
-	mu      sync.Mutex
-	files   map[string]api.StoredFile
-	content map[string][]byte
-	log     []string // "put NAME SIZE", "delete ID", "execute", "info"
-	exec    api.ExecuteRequest
-	// lengths are the Content-Length of each upload (-1: chunked).
-	lengths []int64
-	// execute answers POST /v1/execute; nil: a plain ok.
-	execute func(w http.ResponseWriter, r *http.Request)
-}
-
-type storeMode int
-
-const (
-	storeOn       storeMode = iota
-	storeDisabled           // info says files.enabled false, and there are no routes
-	storeNoRoutes           // info says enabled, but POST /v1/files is a 404 (an old daemon)
-)
-
-func newStoreDaemon(t *testing.T, mode storeMode, routes ...func(*http.ServeMux)) *storeDaemon {
+// stored is how many files h's store holds.
+func stored(t *testing.T, h *servertest.Harness) int {
 	t.Helper()
-	d := &storeDaemon{files: map[string]api.StoredFile{}, content: map[string][]byte{}}
-	write := func(w http.ResponseWriter, status int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(v)
+	l, err := h.Client.ListFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	notFound := func(w http.ResponseWriter) {
-		write(w, 404, api.ErrorBody{Error: api.ErrorDetail{Type: "not_found", Message: "no such file"}})
-	}
-	note := func(s string) {
-		d.mu.Lock()
-		d.log = append(d.log, s)
-		d.mu.Unlock()
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) {
-		note("info")
-		write(w, 200, api.Info{Files: api.FilesInfo{Enabled: mode != storeDisabled, MaxFileBytes: 1 << 30}})
-	})
-	mux.HandleFunc("POST /v1/execute", func(w http.ResponseWriter, r *http.Request) {
-		d.mu.Lock()
-		d.log = append(d.log, "execute")
-		d.exec = api.ExecuteRequest{}
-		json.NewDecoder(r.Body).Decode(&d.exec)
-		d.mu.Unlock()
-		if d.execute != nil {
-			d.execute(w, r)
-			return
-		}
-		write(w, 200, api.ExecuteResponse{RunID: "r1", Status: "ok", ExitCode: intp(0)})
-	})
-	if mode == storeOn {
-		mux.HandleFunc("POST /v1/files", func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			name := r.URL.Query().Get("name")
-			d.mu.Lock()
-			id := "f-" + strconv.Itoa(len(d.log))
-			d.log = append(d.log, "put "+name+" "+strconv.Itoa(len(b)))
-			d.lengths = append(d.lengths, r.ContentLength)
-			now := time.Now()
-			f := api.StoredFile{FileID: id, Name: name, SizeBytes: int64(len(b)), SHA256: "5891b5b5", CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour), UID: 1000}
-			d.files[id], d.content[id] = f, b
-			d.mu.Unlock()
-			write(w, 201, f)
-		})
-		mux.HandleFunc("GET /v1/files", func(w http.ResponseWriter, r *http.Request) {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			l := api.FileList{Files: []api.StoredFile{}}
-			for _, f := range d.files {
-				l.Files = append(l.Files, f)
-			}
-			write(w, 200, l)
-		})
-		mux.HandleFunc("GET /v1/files/{id}", func(w http.ResponseWriter, r *http.Request) {
-			d.mu.Lock()
-			b, ok := d.content[r.PathValue("id")]
-			d.mu.Unlock()
-			if !ok {
-				notFound(w)
-				return
-			}
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.Write(b)
-		})
-		mux.HandleFunc("GET /v1/files/{id}/meta", func(w http.ResponseWriter, r *http.Request) {
-			d.mu.Lock()
-			f, ok := d.files[r.PathValue("id")]
-			d.mu.Unlock()
-			if !ok {
-				notFound(w)
-				return
-			}
-			write(w, 200, f)
-		})
-		mux.HandleFunc("DELETE /v1/files/{id}", func(w http.ResponseWriter, r *http.Request) {
-			id := r.PathValue("id")
-			d.mu.Lock()
-			f, ok := d.files[id]
-			delete(d.files, id)
-			delete(d.content, id)
-			d.log = append(d.log, "delete "+id)
-			d.mu.Unlock()
-			if !ok {
-				notFound(w)
-				return
-			}
-			write(w, 200, f)
-		})
-	}
-	for _, add := range routes {
-		add(mux)
-	}
-	d.sock = serveMux(t, mux)
-	return d
-}
-
-func (d *storeDaemon) events() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return strings.Join(d.log, ", ")
-}
-
-func (d *storeDaemon) stored() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.files)
+	return len(l.Files)
 }
 
 // bigFile writes a file just over the store threshold.
@@ -162,151 +40,183 @@ func bigFile(t *testing.T, dir string) (string, []byte) {
 	return name, content
 }
 
-// A --file over 1 MiB goes through the store, streamed with its length,
-// and is removed after the run; a small one stays inline.
+// A --file over 1 MiB goes through the store, and is removed after the
+// run; a small one stays inline.
 func TestExecFileThroughStore(t *testing.T) {
-	d := newStoreDaemon(t, storeOn)
+	h := newDaemon(t)
+	var size int64
+	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
+		size = req.Files[0].Size
+		return &run.Result{Status: run.StatusOK}, nil
+	}
 	dir := t.TempDir()
 	big, content := bigFile(t, dir)
 	small := filepath.Join(dir, "small.txt")
 	os.WriteFile(small, []byte("hi"), 0o644)
 
-	r := jailctl(t, d.sock, "", "exec", "--file", big+":in/data.bin", "--file", small, "-c", "x")
+	r := jailctl(t, h.Socket, "", "exec", "--file", big+":in/data.bin", "--file", small, "-c", "x")
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("got %+v", r)
 	}
-	if got, want := d.events(), "info, put data.bin "+strconv.Itoa(len(content))+", execute, delete f-1"; got != want {
-		t.Errorf("requests %q; want %q", got, want)
+	if got := audited(h); got != "file_upload execute file_delete" {
+		t.Errorf("audited %q", got)
 	}
-	if len(d.lengths) != 1 || d.lengths[0] != int64(len(content)) {
-		t.Errorf("upload Content-Length %v; want %d", d.lengths, len(content))
-	}
-	files := d.exec.Files
-	if len(files) != 2 || files[0] != (api.FileIn{Path: "in/data.bin", FileID: "f-1"}) ||
-		files[1] != (api.FileIn{Path: "small.txt", ContentB64: b64("hi")}) {
+	files := lastRun(t, h).Files
+	if len(files) != 2 || files[0].Path != "in/data.bin" || files[0].Data != nil || size != int64(len(content)) ||
+		files[1].Path != "small.txt" || string(files[1].Data) != "hi" {
 		t.Errorf("files %+v", files)
 	}
-	if d.stored() != 0 {
-		t.Error("the stored file was left behind")
+	if n := stored(t, h); n != 0 {
+		t.Errorf("%d stored files left behind", n)
 	}
 
 	// A run the daemon refuses still removes what was stored; so does
 	// one given up with Ctrl-C.
-	d = newStoreDaemon(t, storeOn)
-	d.execute = func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(503)
-		io.WriteString(w, `{"error":{"type":"busy","message":"all 8 slots are busy"}}`)
+	h.Engine.RunFunc = func(context.Context, *run.Request) (*run.Result, error) {
+		return nil, errdefs.New(errdefs.ErrBusy, "all 8 slots are busy")
 	}
-	if r := jailctl(t, d.sock, "", "exec", "--file", big, "-c", "x"); r.code != 2 || r.stderr != "jailctl: all 8 slots are busy\n" || d.stored() != 0 {
-		t.Errorf("refused run: %+v; %d stored", r, d.stored())
+	if r := jailctl(t, h.Socket, "", "exec", "--file", big, "-c", "x"); r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: run failed: all 8 slots are busy") || stored(t, h) != 0 {
+		t.Errorf("refused run: %+v; %d stored", r, stored(t, h))
 	}
-	d = newStoreDaemon(t, storeOn)
 	ctx, cancel := context.WithCancel(context.Background())
-	d.execute = func(w http.ResponseWriter, r *http.Request) {
+	h.Engine.RunFunc = func(rctx context.Context, _ *run.Request) (*run.Result, error) {
 		cancel()
-		<-r.Context().Done()
+		<-rctx.Done()
+		return nil, rctx.Err()
 	}
 	var out, errOut bytes.Buffer
-	code := Main(ctx, []string{"--socket", d.sock, "exec", "--file", big, "-c", "x"}, strings.NewReader(""), &out, &errOut)
-	if code != 130 || d.stored() != 0 || !strings.HasSuffix(d.events(), "delete f-1") {
-		t.Errorf("Ctrl-C: %d %q; requests %q", code, errOut.String(), d.events())
+	code := Main(ctx, []string{"--socket", h.Socket, "exec", "--file", big, "-c", "x"}, strings.NewReader(""), &out, &errOut)
+	if code != 130 || stored(t, h) != 0 || !strings.HasSuffix(audited(h), "file_upload execute file_delete") {
+		t.Errorf("Ctrl-C: %d %q; audited %q", code, errOut.String(), audited(h))
 	}
+}
+
+// oldDaemon says it has a file store but has no routes for it (a daemon
+// older than this jailctl); it counts the requests of each route.
+type oldDaemon struct {
+	mu   sync.Mutex
+	seen map[string]int
+	exec api.ExecuteRequest
+}
+
+func newOldDaemon(t *testing.T) (*oldDaemon, string) {
+	d := &oldDaemon{seen: map[string]int{}}
+	return d, misbehaving(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.seen[r.Method+" "+r.URL.Path]++
+		switch r.Method + " " + r.URL.Path {
+		case "GET /v1/info":
+			canned(200, "", `{"files":{"enabled":true}}`)(w, r)
+		case "POST /v1/execute":
+			json.NewDecoder(r.Body).Decode(&d.exec)
+			canned(200, "", `{"run_id":"r1","status":"ok","exit_code":0}`)(w, r)
+		default:
+			canned(404, "", `{"error":{"type":"not_found","message":"no route"}}`)(w, r)
+		}
+	}))
 }
 
 // Without a store, large files go inline as before.
 func TestExecFileWithoutStore(t *testing.T) {
 	dir := t.TempDir()
 	big, content := bigFile(t, dir)
-	for name, mode := range map[string]storeMode{"disabled": storeDisabled, "old daemon": storeNoRoutes} {
-		d := newStoreDaemon(t, mode)
-		r := jailctl(t, d.sock, "", "exec", "--file", big, "--file", big+":b.bin", "-c", "x")
-		if r.code != 0 || r.stderr != "" {
-			t.Fatalf("%s: %+v", name, r)
-		}
-		files := d.exec.Files
-		if len(files) != 2 || files[0] != (api.FileIn{Path: "big.bin", ContentB64: b64(string(content))}) || files[1].Path != "b.bin" || files[1].ContentB64 != files[0].ContentB64 {
-			t.Errorf("%s: files %d", name, len(files))
-		}
-		// The store is asked about once.
-		if got := d.events(); got != "info, execute" {
-			t.Errorf("%s: requests %q", name, got)
-		}
+	args := []string{"exec", "--file", big, "--file", big + ":b.bin", "-c", "x"}
+
+	h := newDaemon(t, func(c *config.Config) { c.Files.Enabled = false })
+	if r := jailctl(t, h.Socket, "", args...); r.code != 0 || r.stderr != "" {
+		t.Fatalf("disabled: %+v", r)
 	}
-	// No large file: not even info is asked.
-	d := newStoreDaemon(t, storeOn)
+	files := lastRun(t, h).Files
+	if len(files) != 2 || files[0].Path != "big.bin" || !bytes.Equal(files[0].Data, content) || files[1].Path != "b.bin" || !bytes.Equal(files[1].Data, content) {
+		t.Errorf("disabled: files %d", len(files))
+	}
+	if got := audited(h); got != "execute" {
+		t.Errorf("disabled: audited %q", got)
+	}
+
+	d, sock := newOldDaemon(t)
+	if r := jailctl(t, sock, "", args...); r.code != 0 || r.stderr != "" {
+		t.Fatalf("old daemon: %+v", r)
+	}
+	if f := d.exec.Files; len(f) != 2 || f[0] != (api.FileIn{Path: "big.bin", ContentB64: b64(string(content))}) || f[1].ContentB64 != f[0].ContentB64 {
+		t.Errorf("old daemon: files %d", len(f))
+	}
+	// The store is asked about once, and tried once.
+	if d.seen["GET /v1/info"] != 1 || d.seen["POST /v1/files"] != 1 || d.seen["POST /v1/execute"] != 1 {
+		t.Errorf("old daemon: requests %v", d.seen)
+	}
+
+	// No large file: the store is not used.
+	h = newDaemon(t)
 	small := filepath.Join(dir, "s.txt")
 	os.WriteFile(small, []byte("s"), 0o644)
-	if r := jailctl(t, d.sock, "", "exec", "--file", small, "-c", "x"); r.code != 0 || d.events() != "execute" {
-		t.Errorf("small file: %+v; requests %q", r, d.events())
+	if r := jailctl(t, h.Socket, "", "exec", "--file", small, "-c", "x"); r.code != 0 || audited(h) != "execute" {
+		t.Errorf("small file: %+v; audited %q", r, audited(h))
 	}
 }
 
 // session exec and session new use the store the same way.
 func TestSessionFilesThroughStore(t *testing.T) {
-	var create api.SessionCreateRequest
-	var req api.SessionExecuteRequest
-	d := newStoreDaemon(t, storeOn, func(mux *http.ServeMux) {
-		mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
-			json.NewDecoder(r.Body).Decode(&create)
-			w.WriteHeader(201)
-			json.NewEncoder(w).Encode(api.Session{SessionID: "s-1", State: api.SessionIdle})
-		})
-		mux.HandleFunc("POST /v1/sessions/s-1/execute", func(w http.ResponseWriter, r *http.Request) {
-			json.NewDecoder(r.Body).Decode(&req)
-			json.NewEncoder(w).Encode(api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0)},
-				Session: api.SessionStatus{State: api.SessionIdle}})
-		})
-	})
+	h := newDaemon(t)
+	var call run.Call
+	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
+		call = *c
+		return &run.CallResult{Result: run.Result{Status: run.StatusOK}}, nil
+	}
 	big, _ := bigFile(t, t.TempDir())
-	if r := jailctl(t, d.sock, "", "session", "new", "--file", big); r.code != 0 || r.stdout != "s-1\n" {
+	r := jailctl(t, h.Socket, "", "session", "new", "--file", big)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "s-") {
 		t.Fatalf("session new: %+v", r)
 	}
-	if len(create.Files) != 1 || create.Files[0].FileID == "" || create.Files[0].ContentB64 != "" || d.stored() != 0 {
-		t.Errorf("session new: files %+v, %d left stored", create.Files, d.stored())
+	if f := h.Engine.Sessions()[0].Spec.Files; len(f) != 1 || f[0].Path != "big.bin" || f[0].Data != nil || stored(t, h) != 0 {
+		t.Errorf("session new: files %+v, %d left stored", f, stored(t, h))
 	}
-	if r := jailctl(t, d.sock, "", "session", "exec", "s-1", "--file", big+":x.bin", "--return-to-store", "-c", "x"); r.code != 0 {
+	id := strings.TrimSpace(r.stdout)
+	if r := jailctl(t, h.Socket, "", "session", "exec", id, "--file", big+":x.bin", "--return-to-store", "-c", "x"); r.code != 0 {
 		t.Fatalf("session exec: %+v", r)
 	}
-	if len(req.Files) != 1 || req.Files[0].FileID == "" || req.Files[0].Path != "x.bin" || req.ReturnFilesAs != api.ReturnStore || d.stored() != 0 {
-		t.Errorf("session exec: %+v, %d left stored", req, d.stored())
+	if len(call.Files) != 1 || call.Files[0].Path != "x.bin" || call.Files[0].Data != nil || call.Hooks.Store == nil || stored(t, h) != 0 {
+		t.Errorf("session exec: %+v, %d left stored", call, stored(t, h))
+	}
+	if got := audited(h); got != "file_upload session_create file_delete file_upload session_execute file_delete" {
+		t.Errorf("audited %q", got)
 	}
 }
 
 func TestFilesCommands(t *testing.T) {
-	d := newStoreDaemon(t, storeOn)
+	h := newDaemon(t)
 	dir := t.TempDir()
 	local := filepath.Join(dir, "data.csv")
 	os.WriteFile(local, []byte("a,b\n1,2\n"), 0o644)
 
 	// put: the ID on stdout; --name; stdin with --name; --json.
-	r := jailctl(t, d.sock, "", "files", "put", local)
-	if r.code != 0 || r.stdout != "f-0\n" || r.stderr != "" {
+	r := jailctl(t, h.Socket, "", "files", "put", local)
+	first := strings.TrimSuffix(r.stdout, "\n")
+	if r.code != 0 || !strings.HasPrefix(first, "f-") || r.stderr != "" {
 		t.Fatalf("put: %+v", r)
 	}
-	r = jailctl(t, d.sock, "", "files", "put", "--name", "other name.csv", local)
-	if r.code != 0 || r.stdout != "f-1\n" {
+	r = jailctl(t, h.Socket, "", "files", "put", "--name", "other name.csv", local)
+	other := strings.TrimSuffix(r.stdout, "\n")
+	if r.code != 0 || !strings.HasPrefix(other, "f-") {
 		t.Fatalf("put --name: %+v", r)
 	}
-	r = jailctl(t, d.sock, "from stdin", "files", "put", "-", "--name", "in.txt", "--json")
+	r = jailctl(t, h.Socket, "from stdin", "files", "put", "-", "--name", "in.txt", "--json")
 	var sf api.StoredFile
-	if err := json.Unmarshal([]byte(r.stdout), &sf); err != nil || r.code != 0 || sf.FileID != "f-2" || sf.Name != "in.txt" || sf.SizeBytes != 10 {
+	if err := json.Unmarshal([]byte(r.stdout), &sf); err != nil || r.code != 0 || sf.Name != "in.txt" || sf.SizeBytes != 10 {
 		t.Fatalf("put - --json: %+v %v", r, err)
 	}
-	if got := d.events(); got != "put data.csv 8, put other name.csv 8, put in.txt 10" {
-		t.Errorf("requests %q", got)
-	}
-	if d.lengths[0] != 8 || d.lengths[2] != -1 {
-		t.Errorf("Content-Length %v; want 8 for a file, chunked for stdin", d.lengths)
+	if got := audited(h); got != "file_upload file_upload file_upload" {
+		t.Errorf("audited %q", got)
 	}
 
 	// get: stdout, -o FILE (replacing one, keeping its mode), -o DIR.
-	if r := jailctl(t, d.sock, "", "files", "get", "f-0"); r.code != 0 || r.stdout != "a,b\n1,2\n" {
+	if r := jailctl(t, h.Socket, "", "files", "get", first); r.code != 0 || r.stdout != "a,b\n1,2\n" {
 		t.Errorf("get: %+v", r)
 	}
 	out := filepath.Join(dir, "copy.csv")
 	os.WriteFile(out, []byte("old content, longer than the new"), 0o600)
-	if r := jailctl(t, d.sock, "", "files", "get", "f-2", "-o", out); r.code != 0 || r.stdout != "" || r.stderr != "" {
+	if r := jailctl(t, h.Socket, "", "files", "get", sf.FileID, "-o", out); r.code != 0 || r.stdout != "" || r.stderr != "" {
 		t.Errorf("get -o: %+v", r)
 	}
 	if got, _ := os.ReadFile(out); string(got) != "from stdin" {
@@ -317,7 +227,7 @@ func TestFilesCommands(t *testing.T) {
 	}
 	sub := filepath.Join(dir, "sub")
 	os.Mkdir(sub, 0o755)
-	if r := jailctl(t, d.sock, "", "files", "get", "-o", sub, "f-1"); r.code != 0 {
+	if r := jailctl(t, h.Socket, "", "files", "get", "-o", sub, other); r.code != 0 {
 		t.Errorf("get -o DIR: %+v", r)
 	}
 	if got, _ := os.ReadFile(filepath.Join(sub, "other name.csv")); string(got) != "a,b\n1,2\n" {
@@ -332,7 +242,8 @@ func TestFilesCommands(t *testing.T) {
 		}
 	}
 	// A missing file leaves -o's target alone.
-	if r := jailctl(t, d.sock, "", "files", "get", "f-9", "-o", out); r.code != 2 || r.stderr != "jailctl: no such file\n" {
+	missing := "f-" + strings.Repeat("0", 32)
+	if r := jailctl(t, h.Socket, "", "files", "get", missing, "-o", out); r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") {
 		t.Errorf("get missing: %+v", r)
 	}
 	if got, _ := os.ReadFile(out); string(got) != "from stdin" {
@@ -340,35 +251,35 @@ func TestFilesCommands(t *testing.T) {
 	}
 
 	// ls and show.
-	r = jailctl(t, d.sock, "", "files", "ls")
+	r = jailctl(t, h.Socket, "", "files", "ls")
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if r.code != 0 || len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME SIZE EXPIRES" ||
 		!strings.Contains(r.stdout, "other name.csv") || !strings.Contains(lines[1], "8 B") || !strings.Contains(lines[1], "in 23h59m") && !strings.Contains(lines[1], "in 1d") {
 		t.Errorf("ls:\n%s", r.stdout)
 	}
 	var list api.FileList
-	if r := jailctl(t, d.sock, "", "files", "ls", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil || len(list.Files) != 3 {
+	if r := jailctl(t, h.Socket, "", "files", "ls", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil || len(list.Files) != 3 {
 		t.Errorf("ls --json: %+v", r)
 	}
-	r = jailctl(t, d.sock, "", "files", "show", "f-1")
-	for _, want := range []string{"file:", "f-1", "other name.csv", "8 bytes (8 B)", "5891b5b5", "uid 1000"} {
+	r = jailctl(t, h.Socket, "", "files", "show", other)
+	for _, want := range []string{"file:", other, "other name.csv", "8 bytes (8 B)", "sha256:", "uid 1000"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if r := jailctl(t, d.sock, "", "files", "show", "--json", "f-1"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &sf) != nil || sf.Name != "other name.csv" {
+	if r := jailctl(t, h.Socket, "", "files", "show", "--json", other); r.code != 0 || json.Unmarshal([]byte(r.stdout), &sf) != nil || sf.Name != "other name.csv" {
 		t.Errorf("show --json: %+v", r)
 	}
 
 	// rm: every ID, the missing one named.
-	r = jailctl(t, d.sock, "", "files", "rm", "f-0", "f-9", "f-1")
-	if r.code != 2 || r.stderr != "jailctl: f-9: no such file\n" || d.stored() != 1 {
-		t.Errorf("rm: %+v; %d stored", r, d.stored())
+	r = jailctl(t, h.Socket, "", "files", "rm", first, missing, other)
+	if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") || !strings.Contains(r.stderr, missing) || strings.Count(r.stderr, "\n") != 1 || stored(t, h) != 1 {
+		t.Errorf("rm: %+v; %d stored", r, stored(t, h))
 	}
 }
 
 func TestFilesUsage(t *testing.T) {
-	d := newStoreDaemon(t, storeOn)
+	h := newDaemon(t)
 	for _, args := range [][]string{
 		{"files"},
 		{"files", "bogus"},
@@ -382,15 +293,15 @@ func TestFilesUsage(t *testing.T) {
 		{"files", "rm"},
 		{"files", "get", "--bogus", "x"},
 	} {
-		r := jailctl(t, d.sock, "", args...)
+		r := jailctl(t, h.Socket, "", args...)
 		if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") && !strings.HasPrefix(r.stderr, "Usage: ") || r.stdout != "" {
 			t.Errorf("%q: got %d %q %q; want a usage error", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	if got := d.events(); got != "" {
+	if got := audited(h); got != "" {
 		t.Errorf("usage errors reached the daemon: %q", got)
 	}
-	if r := jailctl(t, d.sock, "", "files", "put", "/nonexistent/x"); r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/x") {
+	if r := jailctl(t, h.Socket, "", "files", "put", "/nonexistent/x"); r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/x") {
 		t.Errorf("missing local file: %+v", r)
 	}
 	for _, args := range [][]string{{"files", "-h"}, {"help", "files"}, {"files", "help"}} {
@@ -410,33 +321,30 @@ func TestFilesUsage(t *testing.T) {
 // --return-to-store asks for the store and prints the IDs of the files
 // returned there instead of writing them; figures are still written.
 func TestExecReturnToStore(t *testing.T) {
-	d := newStoreDaemon(t, storeOn)
-	d.execute = func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(api.ExecuteResponse{RunID: "r1", Status: "ok", ExitCode: intp(0), Stdout: "done\n",
-			Files: []api.FileOut{
-				{Path: "out/a.csv", SizeBytes: 3 << 20, FileID: "f-a", SHA256: "ab"},
-				{Path: "out/b.csv", Error: "larger than the file size limit"},
-			},
-			Figures: []api.Figure{{Name: "figure_1.png", ContentB64: b64("png")}},
-		})
-	}
+	h := newDaemon(t)
+	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK, Stdout: []byte("done\n"),
+		Files: []workspace.File{
+			{Path: "out/a.csv", Size: 3 << 20, FileID: "f-a", SHA256: "ab"},
+			{Path: "out/b.csv", Error: "larger than the file size limit"},
+		},
+		Figures: []workspace.Figure{{Name: "figure_1.png", Data: []byte("png")}},
+	})
 	dir := t.TempDir()
-	r := jailctl(t, d.sock, "", "exec", "--return-to-store", "--get", "out/*", "--out-dir", dir, "-c", "x")
+	r := jailctl(t, h.Socket, "", "exec", "--return-to-store", "--get", "out/*", "--out-dir", dir, "-c", "x")
 	want := "stored out/a.csv as f-a (3.0 MiB)\njailctl: out/b.csv not returned: larger than the file size limit\nwrote " + filepath.Join(dir, "figure_1.png") + "\n"
 	if r.code != 0 || r.stdout != "done\n" || r.stderr != want {
 		t.Errorf("got %d %q %q\nwant %q", r.code, r.stdout, r.stderr, want)
 	}
-	if d.exec.ReturnFilesAs != api.ReturnStore || strings.Join(d.exec.ReturnFiles, " ") != "out/*" {
-		t.Errorf("request %+v", d.exec)
+	if req := lastRun(t, h); req.Hooks.Store == nil || strings.Join(req.ReturnFiles, " ") != "out/*" {
+		t.Errorf("request %+v", req)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("out-dir holds %v; want the figure alone", entries)
 	}
 	// Without the flag, nothing asks for the store.
-	jailctl(t, d.sock, "", "exec", "-c", "x", "--out-dir", dir)
-	if d.exec.ReturnFilesAs != "" {
-		t.Errorf("return_files_as %q without the flag", d.exec.ReturnFilesAs)
+	jailctl(t, h.Socket, "", "exec", "-c", "x", "--out-dir", dir)
+	if lastRun(t, h).Hooks.Store != nil {
+		t.Error("the store was asked for without the flag")
 	}
 }
 

@@ -5,138 +5,70 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/workspace"
 )
 
-// reply is a canned daemon response.
-type reply struct {
-	status  int
-	headers map[string]string
-	body    string
+// answer makes the fake engine answer every run with res.
+func answer(res run.Result) func(context.Context, *run.Request) (*run.Result, error) {
+	return func(_ context.Context, req *run.Request) (*run.Result, error) {
+		r := res
+		emit(req.Hooks, &r)
+		return &r, nil
+	}
 }
 
-// fakeDaemon serves canned replies by "METHOD /path" on a temporary Unix
-// socket and records the last request body per route.
-type fakeDaemon struct {
-	sock string
-	mu   sync.Mutex
-	last map[string][]byte
-}
-
-func newFakeDaemon(t *testing.T, replies map[string]reply) *fakeDaemon {
-	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
+// emit hands a result's output to a streamed request's hooks, as the
+// engine does (the result keeps none of it then).
+func emit(h run.Hooks, res *run.Result) {
+	if h.OnStart != nil {
+		h.OnStart("r1", false)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s"), last: map[string][]byte{}}
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route := r.Method + " " + r.URL.Path
-		body, _ := io.ReadAll(r.Body)
-		f.mu.Lock()
-		f.last[route] = body
-		f.mu.Unlock()
-		rep, ok := replies[route]
-		if !ok {
-			rep = reply{404, nil, `{"error":{"type":"not_found","message":"no route ` + route + `"}}`}
+	if h.Output != nil {
+		for stream, b := range map[int][]byte{1: res.Stdout, 2: res.Stderr} {
+			if len(b) > 0 {
+				h.Output(stream, b)
+			}
 		}
-		for k, v := range rep.headers {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if rep.status == 0 {
-			rep.status = 200
-		}
-		w.WriteHeader(rep.status)
-		io.WriteString(w, rep.body)
-	}))
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return f
-}
-
-func (f *fakeDaemon) request(t *testing.T, route string, v any) {
-	t.Helper()
-	f.mu.Lock()
-	body, ok := f.last[route]
-	f.mu.Unlock()
-	if !ok {
-		t.Fatalf("no %s request", route)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("%s request %s: %v", route, body, err)
+		res.Stdout, res.Stderr = nil, nil
 	}
 }
-
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-// jailctl runs the command in-process against sock.
-func jailctl(t *testing.T, sock, stdin string, args ...string) result {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	if sock != "" {
-		args = append([]string{"--socket", sock}, args...)
-	}
-	code := Main(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
-	return result{code, out.String(), errOut.String()}
-}
-
-func executeReply(r api.ExecuteResponse) reply {
-	if r.RunID == "" {
-		r.RunID = "r1"
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(err)
-	}
-	return reply{body: string(b)}
-}
-
-func intp(n int) *int { return &n }
 
 func TestExecOutputAndExitCode(t *testing.T) {
+	hello := []byte("hello\n")
 	tests := []struct {
 		name   string
-		resp   api.ExecuteResponse
+		res    run.Result
 		code   int
 		stderr string
 	}{
-		{"ok", api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "hello\n"}, 0, ""},
-		{"exit 3", api.ExecuteResponse{Status: "error", ExitCode: intp(3), Stdout: "hello\n", Stderr: "Traceback\n"}, 3, "Traceback\n"},
-		{"timeout", api.ExecuteResponse{Status: "timeout", Signal: intp(9), TimedOut: true, Stdout: "hello\n", Message: "timed out after 1s"}, 124,
-			"jailctl: timed out after 1s\n"},
-		{"signal 9", api.ExecuteResponse{Status: "killed", Signal: intp(9), Stdout: "hello\n", Message: "killed by signal 9"}, 137,
-			"jailctl: killed by signal 9\n"},
-		{"memory limit", api.ExecuteResponse{Status: "memory_limit", OOMKilled: true, Stdout: "hello\n"}, 137, ""},
-		{"cpu limit", api.ExecuteResponse{Status: "cpu_limit", Signal: intp(24), Stdout: "hello\n"}, 152, ""},
-		{"output limit", api.ExecuteResponse{Status: "output_limit", ExitCode: intp(0), Stdout: "hello\n", StdoutTruncated: true, Message: "output over 1 MiB"}, 1,
-			"jailctl: the run's stdout was truncated\njailctl: output over 1 MiB\n"},
-		{"message on ok is not printed", api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "hello\n", Message: "fine"}, 0, ""},
+		{"ok", run.Result{Status: run.StatusOK, Stdout: hello}, 0, ""},
+		{"exit 3", run.Result{Status: run.StatusError, ExitCode: 3, Stdout: hello, Stderr: []byte("Traceback\n")}, 3,
+			"Traceback\njailctl: Process exited with code 3\n"},
+		{"timeout", run.Result{Status: run.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: hello}, 124,
+			"jailctl: Execution terminated after 10 seconds (the time limit)\n"},
+		{"signal 9", run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
+			"jailctl: Process killed by signal 9 (SIGKILL)\n"},
+		{"memory limit", run.Result{Status: run.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
+			"jailctl: Memory limit of 512 MB exceeded; the process was killed\n"},
+		{"cpu limit", run.Result{Status: run.StatusCPULimit, Signal: 24, ExitCode: -1, Stdout: hello}, 152,
+			"jailctl: CPU time limit exceeded; the process was killed\n"},
+		{"output limit", run.Result{Status: run.StatusOutputLimit, Stdout: hello, StdoutTruncated: true}, 1,
+			"jailctl: the run's stdout was truncated\njailctl: Output limit of 1048576 bytes exceeded; the process was killed\n"},
 	}
+	h := newDaemon(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(tt.resp)})
-			r := jailctl(t, d.sock, "", "exec", "-c", "print('hello')")
+			h.Engine.RunFunc = answer(tt.res)
+			r := jailctl(t, h.Socket, "", "exec", "-c", "print('hello')")
 			if r.code != tt.code || r.stdout != "hello\n" || r.stderr != tt.stderr {
 				t.Errorf("got %d %q %q; want %d %q %q", r.code, r.stdout, r.stderr, tt.code, "hello\n", tt.stderr)
 			}
@@ -145,7 +77,7 @@ func TestExecOutputAndExitCode(t *testing.T) {
 }
 
 func TestExecRequest(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{Status: "ok", ExitCode: intp(0)})})
+	h := newDaemon(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data.bin")
 	content := []byte("\x00\x01binary\xff")
@@ -157,25 +89,22 @@ func TestExecRequest(t *testing.T) {
 	input := filepath.Join(dir, "input.txt")
 	os.WriteFile(input, []byte("line 1\n"), 0o644)
 
-	r := jailctl(t, d.sock, "", "exec", "--file", data, "--file", data+":in/other.bin",
+	r := jailctl(t, h.Socket, "", "exec", "--file", data, "--file", data+":in/other.bin",
 		"--timeout", "1500ms", "--memory", "256", "--get", "out/*.png", "--get", "**/*.csv",
 		"--interactive", "--env", "A=1", "--env", "B=x=y", "--stdin-file", input, script)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	var req api.ExecuteRequest
-	d.request(t, "POST /v1/execute", &req)
-	b64 := base64.StdEncoding.EncodeToString(content)
+	req := lastRun(t, h)
 	if req.Code != "print(open('data.bin','rb').read())\n" {
 		t.Errorf("code %q", req.Code)
 	}
-	if len(req.Files) != 2 || req.Files[0] != (api.FileIn{Path: "data.bin", ContentB64: b64}) ||
-		req.Files[1] != (api.FileIn{Path: "in/other.bin", ContentB64: b64}) {
+	if len(req.Files) != 2 || req.Files[0].Path != "data.bin" || !bytes.Equal(req.Files[0].Data, content) ||
+		req.Files[1].Path != "in/other.bin" || !bytes.Equal(req.Files[1].Data, content) {
 		t.Errorf("files %+v", req.Files)
 	}
-	if req.Limits == nil || req.Limits.TimeoutMs == nil || *req.Limits.TimeoutMs != 1500 ||
-		req.Limits.MemoryMB == nil || *req.Limits.MemoryMB != 256 || req.Limits.Pids != nil {
-		t.Errorf("limits %+v", req.Limits)
+	if req.Limits.Timeout != 1500*time.Millisecond || req.Limits.MemoryBytes != 256<<20 || req.Limits.Pids != 64 {
+		t.Errorf("limits %+v; want 1.5s, 256 MB and the default pids", req.Limits)
 	}
 	if strings.Join(req.ReturnFiles, " ") != "out/*.png **/*.csv" || !req.LastLineInteractive {
 		t.Errorf("return_files %q interactive %v", req.ReturnFiles, req.LastLineInteractive)
@@ -183,42 +112,38 @@ func TestExecRequest(t *testing.T) {
 	if req.Env["A"] != "1" || req.Env["B"] != "x=y" || len(req.Env) != 2 {
 		t.Errorf("env %v", req.Env)
 	}
-	if req.Stdin == nil || *req.Stdin != "line 1\n" {
-		t.Errorf("stdin %v", req.Stdin)
+	if string(req.Stdin) != "line 1\n" {
+		t.Errorf("stdin %q", req.Stdin)
 	}
 
-	// Code from stdin, no limits, no stdin for the run.
-	r = jailctl(t, d.sock, "print(2)\n", "exec")
-	if r.code != 0 {
+	// Code from stdin, the daemon's limits, no stdin for the run.
+	if r = jailctl(t, h.Socket, "print(2)\n", "exec"); r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	req = api.ExecuteRequest{}
-	d.request(t, "POST /v1/execute", &req)
-	if req.Code != "print(2)\n" || req.Limits != nil || req.Stdin != nil || req.Files != nil || req.Env != nil {
+	req = lastRun(t, h)
+	if req.Code != "print(2)\n" || req.Limits.Timeout != 10*time.Second || req.Stdin != nil || req.Files != nil || req.Env != nil {
 		t.Errorf("request from stdin %+v", req)
 	}
 
 	// --stdin-file - takes jailctl's stdin when the code comes from -c.
-	jailctl(t, d.sock, "abc", "exec", "-c", "x", "--stdin-file", "-")
-	req = api.ExecuteRequest{}
-	d.request(t, "POST /v1/execute", &req)
-	if req.Code != "x" || req.Stdin == nil || *req.Stdin != "abc" {
+	jailctl(t, h.Socket, "abc", "exec", "-c", "x", "--stdin-file", "-")
+	if req = lastRun(t, h); req.Code != "x" || string(req.Stdin) != "abc" {
 		t.Errorf("request with stdin %+v", req)
 	}
 }
 
 func TestExecResultPrinted(t *testing.T) {
-	res := "42"
 	// The daemon's stdout holds the repr already (the runner prints it).
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "a\n42\n", Result: &res})})
-	r := jailctl(t, d.sock, "", "exec", "--interactive", "-c", "print('a'); 6*7")
+	h := newDaemon(t)
+	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK, Stdout: []byte("a\n42\n"), ResultRepr: strp("42")})
+	r := jailctl(t, h.Socket, "", "exec", "--interactive", "-c", "print('a'); 6*7")
 	if r.code != 0 || r.stdout != "a\n42\n" {
 		t.Errorf("got %d %q", r.code, r.stdout)
 	}
 }
 
 func TestExecUsageErrors(t *testing.T) {
-	d := newFakeDaemon(t, nil)
+	h := newDaemon(t)
 	for _, args := range [][]string{
 		{"exec", "-c", "x", "file.py"},
 		{"exec", "a.py", "b.py"},
@@ -231,42 +156,40 @@ func TestExecUsageErrors(t *testing.T) {
 		{"exec", "--bogus"},
 		{"bogus"},
 	} {
-		r := jailctl(t, d.sock, "", args...)
+		r := jailctl(t, h.Socket, "", args...)
 		if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") || r.stdout != "" {
 			t.Errorf("%q: got %d %q %q; want a usage error", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.last) != 0 {
-		t.Errorf("usage errors reached the daemon: %v", d.last)
-	}
 	// Missing local files are errors too, before any request.
-	r := jailctl(t, d.sock, "", "exec", "/nonexistent/x.py")
+	r := jailctl(t, h.Socket, "", "exec", "/nonexistent/x.py")
 	if r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/x.py") {
 		t.Errorf("missing file: %+v", r)
+	}
+	if got := audited(h); got != "" {
+		t.Errorf("usage errors reached the daemon: %s", got)
 	}
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 func TestExecWritesReturnedFiles(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{
-		Status: "ok", ExitCode: intp(0),
-		Files: []api.FileOut{
-			{Path: "out/data.csv", SizeBytes: 4, ContentB64: b64("a,b\n")},
-			{Path: "top.txt", SizeBytes: 2, ContentB64: b64("hi")},
+	h := newDaemon(t)
+	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK,
+		Files: []workspace.File{
+			{Path: "out/data.csv", Size: 4, Data: []byte("a,b\n")},
+			{Path: "top.txt", Size: 2, Data: []byte("hi")},
 			{Path: "out/link", Error: "symlink, not returned"},
 		},
-		Figures: []api.Figure{{Name: "figure_1.png", ContentB64: b64("\x89PNG")}},
-	})})
+		Figures: []workspace.Figure{{Name: "figure_1.png", Data: []byte("\x89PNG")}},
+	})
 	dir := t.TempDir()
 	outDir := filepath.Join(dir, "results", "run1")
 	// An existing regular file is replaced.
 	os.MkdirAll(outDir, 0o755)
 	os.WriteFile(filepath.Join(outDir, "top.txt"), []byte("old"), 0o644)
 
-	r := jailctl(t, d.sock, "", "exec", "-c", "x", "--get", "out/*", "--out-dir", outDir)
+	r := jailctl(t, h.Socket, "", "exec", "-c", "x", "--get", "out/*", "--out-dir", outDir)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -290,6 +213,8 @@ func TestExecWritesReturnedFiles(t *testing.T) {
 	}
 }
 
+// A daemon's returned names are the jail's choice: none leaves --out-dir
+// or writes through a link. A daemon that validates nothing sends them.
 func TestExecRefusesHostilePaths(t *testing.T) {
 	dir := t.TempDir()
 	outDir := filepath.Join(dir, "out")
@@ -314,13 +239,12 @@ func TestExecRefusesHostilePaths(t *testing.T) {
 		files = append(files, api.FileOut{Path: p, SizeBytes: 5, ContentB64: b64("pwned")})
 	}
 	files = append(files, api.FileOut{Path: "fine.txt", SizeBytes: 2, ContentB64: b64("ok")})
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": executeReply(api.ExecuteResponse{
-		Status: "ok", ExitCode: intp(0), Files: files,
-		Figures: []api.Figure{{Name: "../../fig.png", ContentB64: b64("pwned")}},
-	})})
+	body, _ := json.Marshal(api.ExecuteResponse{RunID: "r1", Status: "ok", ExitCode: intp(0), Files: files,
+		Figures: []api.Figure{{Name: "../../fig.png", ContentB64: b64("pwned")}}})
+	sock := misbehaving(t, canned(200, "", string(body)))
 
 	wd, _ := os.Getwd()
-	r := jailctl(t, d.sock, "", "exec", "-c", "x", "--out-dir", outDir)
+	r := jailctl(t, sock, "", "exec", "-c", "x", "--out-dir", outDir)
 	if r.code != 1 {
 		t.Errorf("exit %d; want 1 when files could not be written", r.code)
 	}
@@ -349,13 +273,19 @@ func TestExecRefusesHostilePaths(t *testing.T) {
 	}
 }
 
+// --json prints the daemon's one object as it came, fields jailctl does
+// not know included, and writes nothing.
 func TestExecJSON(t *testing.T) {
 	body := `{"run_id":"r9","status":"error","exit_code":3,"signal":null,"stdout":"x\n","stderr":"","files":[{"path":"a.txt","size_bytes":1,"content_b64":"YQ=="}],"figures":[],"usage":{"duration_ms":1,"cpu_ms":0,"peak_memory_bytes":0},"extra_field":true}`
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/execute": {body: body + "\n"}})
+	var accept string
+	sock := misbehaving(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		canned(200, "", body+"\n")(w, r)
+	}))
 	dir := t.TempDir()
-	r := jailctl(t, d.sock, "", "exec", "--json", "--out-dir", dir, "-c", "x")
-	if r.code != 3 || r.stdout != body+"\n" || r.stderr != "" {
-		t.Errorf("got %d %q %q", r.code, r.stdout, r.stderr)
+	r := jailctl(t, sock, "", "exec", "--json", "--out-dir", dir, "-c", "x")
+	if r.code != 3 || r.stdout != body+"\n" || r.stderr != "" || accept != "application/json" {
+		t.Errorf("got %d %q %q, Accept %q", r.code, r.stdout, r.stderr, accept)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("--json wrote files: %v", entries)
@@ -363,12 +293,12 @@ func TestExecJSON(t *testing.T) {
 }
 
 func TestDaemonErrors(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{
-		"POST /v1/execute": {503, map[string]string{"Retry-After": "2"}, `{"error":{"type":"busy","message":"all 8 slots are busy"}}`},
-		"POST /v1/lint":    {400, nil, `{"error":{"type":"invalid_argument","message":"select: unknown rule \"ZZZ\""}}`},
-		"GET /v1/info":     {429, map[string]string{"Retry-After": "60"}, `{"error":{"type":"rate_limited","message":"quota exhausted"}}`},
-		"GET /v1/health":   {500, nil, `garbage`},
-	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/execute", canned(503, "2", `{"error":{"type":"busy","message":"all 8 slots are busy"}}`))
+	mux.Handle("POST /v1/lint", canned(400, "", `{"error":{"type":"invalid_argument","message":"select: unknown rule \"ZZZ\""}}`))
+	mux.Handle("GET /v1/info", canned(429, "60", `{"error":{"type":"rate_limited","message":"quota exhausted"}}`))
+	mux.Handle("GET /v1/health", canned(500, "", `garbage`))
+	sock := misbehaving(t, mux)
 	for _, tt := range []struct {
 		args   []string
 		stderr string
@@ -379,7 +309,7 @@ func TestDaemonErrors(t *testing.T) {
 		{[]string{"info"}, "jailctl: quota exhausted (retry after 1m0s)\n"},
 		{[]string{"health"}, "jailctl: jaild answered \"500 Internal Server Error\" with no valid error body\n"},
 	} {
-		r := jailctl(t, d.sock, "x = 1\n", tt.args...)
+		r := jailctl(t, sock, "x = 1\n", tt.args...)
 		if r.code != 2 || r.stderr != tt.stderr || r.stdout != "" {
 			t.Errorf("%q: got %d %q %q; want 2 %q", tt.args, r.code, r.stdout, r.stderr, tt.stderr)
 		}
@@ -387,12 +317,7 @@ func TestDaemonErrors(t *testing.T) {
 }
 
 func TestCannotConnect(t *testing.T) {
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "missing.sock")
+	sock := filepath.Join(t.TempDir(), "missing.sock")
 	for _, args := range [][]string{{"--socket", sock, "health"}, {"exec", "--socket", sock, "-c", "x"}, {"info"}} {
 		t.Setenv("JAILD_SOCKET", sock)
 		r := jailctl(t, "", "", args...)
@@ -403,54 +328,58 @@ func TestCannotConnect(t *testing.T) {
 	}
 }
 
+// ruffAnswer makes the fake engine answer ruff's command lines: check
+// with findings (ruff's JSON), format with formatted.
+func ruffAnswer(findings, formatted string) func(context.Context, *run.Request) (*run.Result, error) {
+	return func(_ context.Context, req *run.Request) (*run.Result, error) {
+		if len(req.Command) > 1 && req.Command[1] == "format" {
+			return &run.Result{Status: run.StatusOK, Stdout: []byte(formatted)}, nil
+		}
+		return &run.Result{Status: run.StatusOK, Stdout: []byte(findings)}, nil // ruff check --exit-zero
+	}
+}
+
 func TestLint(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/lint": {body: `{"diagnostics":[` +
-		`{"code":"F401","message":"` + "`os`" + ` imported but unused","location":{"line":1,"column":8},"end_location":{"line":1,"column":10},"fixable":true},` +
-		`{"code":"E711","message":"Comparison to ` + "`None`" + ` should be ` + "`cond is None`" + `","location":{"line":3,"column":6},"end_location":{"line":3,"column":8},"fixable":true}]}`}})
+	h := newDaemon(t)
+	h.Engine.RunFunc = ruffAnswer(`[`+
+		`{"code":"F401","message":"`+"`os`"+` imported but unused","location":{"row":1,"column":8},"end_location":{"row":1,"column":10},"fix":{"applicability":"safe"},"filename":"/jaild/ws/main.py"},`+
+		`{"code":"E711","message":"Comparison to `+"`None`"+` should be `+"`cond is None`"+`","location":{"row":3,"column":6},"end_location":{"row":3,"column":8},"fix":null,"filename":"/jaild/ws/main.py"}]`, "")
 	file := filepath.Join(t.TempDir(), "m.py")
 	os.WriteFile(file, []byte("import os\n"), 0o644)
 
-	r := jailctl(t, d.sock, "", "lint", file, "--select", "F,E7", "--ignore", "E711", "--ignore", "E712")
+	r := jailctl(t, h.Socket, "", "lint", file, "--select", "F,E7", "--ignore", "E711", "--ignore", "E712")
 	want := file + ":1:8: F401 `os` imported but unused\n" + file + ":3:6: E711 Comparison to `None` should be `cond is None`\n"
 	if r.code != 1 || r.stdout != want || r.stderr != "" {
 		t.Errorf("got %d %q %q; want 1 %q", r.code, r.stdout, r.stderr, want)
 	}
-	var req api.LintRequest
-	d.request(t, "POST /v1/lint", &req)
-	if req.Code != "import os\n" || strings.Join(req.Select, " ") != "F E7" || strings.Join(req.Ignore, " ") != "E711 E712" {
-		t.Errorf("request %+v", req)
+	req := lastRun(t, h)
+	if cmd := strings.Join(req.Command, " "); !strings.Contains(cmd, "--select F,E7") || !strings.Contains(cmd, "E711,E712") {
+		t.Errorf("ruff's command %q", cmd)
 	}
-
-	r = jailctl(t, d.sock, "import os\n", "lint")
-	if r.code != 1 || !strings.HasPrefix(r.stdout, "-:1:8: F401 ") {
+	if r = jailctl(t, h.Socket, "import os\n", "lint"); r.code != 1 || !strings.HasPrefix(r.stdout, "-:1:8: F401 ") {
 		t.Errorf("stdin: got %d %q", r.code, r.stdout)
 	}
 
-	clean := newFakeDaemon(t, map[string]reply{"POST /v1/lint": {body: `{"diagnostics":[]}`}})
-	r = jailctl(t, clean.sock, "x = 1\n", "lint", "-")
-	if r.code != 0 || r.stdout != "" {
+	h.Engine.RunFunc = ruffAnswer("[]", "")
+	if r = jailctl(t, h.Socket, "x = 1\n", "lint", "-"); r.code != 0 || r.stdout != "" {
 		t.Errorf("clean: got %d %q", r.code, r.stdout)
 	}
-	r = jailctl(t, clean.sock, "x = 1\n", "lint", "--json")
-	if r.code != 0 || r.stdout != "{\"diagnostics\":[]}\n" {
+	if r = jailctl(t, h.Socket, "x = 1\n", "lint", "--json"); r.code != 0 || r.stdout != "{\"diagnostics\":[]}\n" {
 		t.Errorf("json: got %d %q", r.code, r.stdout)
 	}
 }
 
 func TestFormat(t *testing.T) {
-	changed := newFakeDaemon(t, map[string]reply{"POST /v1/format": {body: `{"code":"x = 1\n","changed":true}`}})
-	same := newFakeDaemon(t, map[string]reply{"POST /v1/format": {body: `{"code":"x = 1\n","changed":false}`}})
-
-	r := jailctl(t, changed.sock, "x=1\n", "format")
+	h := newDaemon(t)
+	h.Engine.RunFunc = ruffAnswer("[]", "x = 1\n")
+	r := jailctl(t, h.Socket, "x=1\n", "format")
 	if r.code != 0 || r.stdout != "x = 1\n" {
 		t.Errorf("format: got %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	r = jailctl(t, changed.sock, "x=1\n", "format", "--check")
-	if r.code != 1 || r.stdout != "" || r.stderr != "" {
+	if r = jailctl(t, h.Socket, "x=1\n", "format", "--check"); r.code != 1 || r.stdout != "" || r.stderr != "" {
 		t.Errorf("--check changed: got %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	r = jailctl(t, same.sock, "x = 1\n", "format", "--check", "-")
-	if r.code != 0 || r.stdout != "" || r.stderr != "" {
+	if r = jailctl(t, h.Socket, "x = 1\n", "format", "--check", "-"); r.code != 0 || r.stdout != "" || r.stderr != "" {
 		t.Errorf("--check same: got %d %q %q", r.code, r.stdout, r.stderr)
 	}
 
@@ -459,7 +388,7 @@ func TestFormat(t *testing.T) {
 	os.WriteFile(file, []byte("x=1\n"), 0o640)
 	link := filepath.Join(dir, "link.py")
 	os.Symlink("m.py", link)
-	r = jailctl(t, changed.sock, "", "format", "--write", link)
+	r = jailctl(t, h.Socket, "", "format", "--write", link)
 	if r.code != 0 || r.stdout != "" || r.stderr != "reformatted "+link+"\n" {
 		t.Errorf("--write: got %d %q %q", r.code, r.stdout, r.stderr)
 	}
@@ -472,34 +401,24 @@ func TestFormat(t *testing.T) {
 	if fi, _ := os.Lstat(link); fi.Mode()&os.ModeSymlink == 0 {
 		t.Error("--write replaced the symlink instead of its target")
 	}
-	r = jailctl(t, changed.sock, "", "format", "--write", file)
-	if r.code != 0 || r.stderr != "" {
+	if r = jailctl(t, h.Socket, "", "format", "--write", file); r.code != 0 || r.stderr != "" {
 		t.Errorf("--write unchanged: got %d %q", r.code, r.stderr)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("directory holds %v", entries)
 	}
-
 	for _, args := range [][]string{{"format", "--write"}, {"format", "--check", "--write", file}} {
-		if r := jailctl(t, changed.sock, "", args...); r.code != 2 {
+		if r := jailctl(t, h.Socket, "", args...); r.code != 2 {
 			t.Errorf("%q: exit %d; want 2", args, r.code)
 		}
 	}
 }
 
 func TestInfoAndHealth(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{
-		"GET /v1/info": {body: `{"version":"0.3.0","api":"v1",` +
-			`"rootfs":{"name":"jaild-python","image_digest":"sha256:abc","python_version":"3.13.5","debian_suite":"trixie","python_packages":{"numpy":"2.3"},"debian_packages":120},` +
-			`"default_limits":{"timeout_ms":10000,"memory_mb":256,"pids":64,"file_size_mb":16,"output_bytes":1048576},` +
-			`"max_limits":{"timeout_ms":60000,"memory_mb":1024,"pids":256,"file_size_mb":64,"output_bytes":8388608},` +
-			`"cgroup_mode":"delegated","seccomp":{"profile":"default","default_action":"errno","rules":300},` +
-			`"capacity":{"max_concurrent":8,"running":2,"queue_size":16,"queued":0},"caller":{"uid":1000,"admin":false,"quota_remaining":7}}`},
-		"GET /v1/health": {body: `{"status":"ok"}`},
-	})
-	r := jailctl(t, d.sock, "", "info")
-	for _, want := range []string{"0.3.0", "3.13.5", "sha256:abc", "timeout 10s, memory 256 MB, pids 64, file size 16 MB, output 1 MiB",
-		"timeout 1m0s, memory 1024 MB", "delegated", "2/8 running, 0/16 queued", "uid 1000, quota 7 runs remaining"} {
+	h := newDaemon(t)
+	r := jailctl(t, h.Socket, "", "info")
+	for _, want := range []string{"dev (API v1)", "3.13.0", "sha256:0000", "timeout 10s, memory 512 MB, pids 64, file size 64 MB, output 1 MiB",
+		"timeout 1m0s, memory 2048 MB", "cgroup mode:     v2", "0/2 running, 0/64 queued", "uid 1000, quota"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("info output lacks %q:\n%s", want, r.stdout)
 		}
@@ -507,15 +426,15 @@ func TestInfoAndHealth(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("info exit %d: %s", r.code, r.stderr)
 	}
-	r = jailctl(t, d.sock, "", "info", "--json")
+	r = jailctl(t, h.Socket, "", "info", "--json")
 	var info api.Info
-	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.Capacity.MaxConcurrent != 8 {
+	if err := json.Unmarshal([]byte(r.stdout), &info); err != nil || info.Capacity.MaxConcurrent != 2 {
 		t.Errorf("info --json: %v %q", err, r.stdout)
 	}
-	if r := jailctl(t, d.sock, "", "health"); r.code != 0 || r.stdout != "ok\n" {
+	if r := jailctl(t, h.Socket, "", "health"); r.code != 0 || r.stdout != "ok\n" {
 		t.Errorf("health: %+v", r)
 	}
-	if r := jailctl(t, d.sock, "", "health", "--json"); r.code != 0 || r.stdout != "{\"status\":\"ok\"}\n" {
+	if r := jailctl(t, h.Socket, "", "health", "--json"); r.code != 0 || !strings.HasPrefix(r.stdout, "{\"status\":\"ok\"") {
 		t.Errorf("health --json: %+v", r)
 	}
 }
@@ -539,62 +458,16 @@ func TestHelpAndVersion(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The server notices a client going away only once the body is read.
-		io.Copy(io.Discard, r.Body)
-		close(started)
-		<-r.Context().Done() // the run lasts until the client goes away
-	}))
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
-
+	h := newDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-started; cancel() }()
+	h.Engine.RunFunc = func(rctx context.Context, _ *run.Request) (*run.Result, error) {
+		cancel()
+		<-rctx.Done() // the run lasts until the client goes away
+		return nil, rctx.Err()
+	}
 	var out, errOut bytes.Buffer
-	code := Main(ctx, []string{"--socket", sock, "exec", "-c", "import time; time.sleep(60)"}, strings.NewReader(""), &out, &errOut)
+	code := Main(ctx, []string{"--socket", h.Socket, "exec", "-c", "import time; time.sleep(60)"}, strings.NewReader(""), &out, &errOut)
 	if code != 130 || errOut.String() != "jailctl: interrupted\n" {
 		t.Errorf("got %d %q; want 130 and an interrupted note", code, errOut.String())
-	}
-}
-
-// doctor reports on this host and on the (fake) daemon behind the socket:
-// --json has every check, and the exit status says whether any failed.
-func TestDoctor(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"GET /v1/info": {200, nil, `{"version":"v-fake","cgroup_mode":"v2"}`}})
-	os.Chmod(d.sock, 0o660)
-	cfg := filepath.Join(t.TempDir(), "jaild.toml")
-	os.WriteFile(cfg, []byte(`image = "/nonexistent/image"`+"\n"), 0o644)
-	r := jailctl(t, d.sock, "", "doctor", "--json", "--config", cfg)
-	var rep struct {
-		Checks []struct{ Name, Status, Detail, Fix string }
-		OK     bool
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("doctor --json: %v\n%s\n%s", err, r.stdout, r.stderr)
-	}
-	got := map[string]string{}
-	for _, c := range rep.Checks {
-		got[c.Name] = c.Status
-		if c.Status == "fail" && c.Fix == "" {
-			t.Errorf("%s failed without naming a fix", c.Name)
-		}
-	}
-	if got["daemon"] != "ok" || got["socket"] == "fail" || got["rootfs image"] != "fail" || rep.OK || r.code != exitFail {
-		t.Errorf("checks %v, ok %v, exit %d: want the daemon and socket ok, the missing image failing the report (exit 1)", got, rep.OK, r.code)
-	}
-	if r = jailctl(t, d.sock, "", "doctor", "--config", cfg); !strings.Contains(r.stdout, "fix: install jaild-rootfs") || r.code != exitFail {
-		t.Errorf("human report (exit %d):\n%s", r.code, r.stdout)
 	}
 }

@@ -3,12 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,81 +13,97 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/admission"
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/runner"
+	"github.com/jaild/jaild/internal/server/servertest"
+	"github.com/jaild/jaild/internal/workspace"
 )
 
-func strp(s string) *string { return &s }
+func exception(typ string) *runner.Exception { return &runner.Exception{Type: typ} }
 
-func sessionJSON(s api.Session) string {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
+// callAnswer makes the sessions made after answer each call with
+// answer(code), an ok call that prints nothing by default, and records
+// the calls. A call that ends the session ends the last one made.
+func callAnswer(h *servertest.Harness, answer func(ctx context.Context, code string) run.CallResult) *[]run.Call {
+	var mu sync.Mutex
+	var calls []run.Call
+	h.Engine.SessionExec = func(ctx context.Context, c *run.Call) (*run.CallResult, error) {
+		mu.Lock()
+		calls = append(calls, *c)
+		mu.Unlock()
+		res := answer(ctx, c.Code)
+		if res.Status == "" {
+			res.Status = run.StatusOK
+		}
+		emit(c.Hooks, &res.Result)
+		if res.Ended {
+			ss := h.Engine.Sessions()
+			ss[len(ss)-1].End(res.EndReason)
+		}
+		return &res, nil
 	}
-	return string(b)
+	return &calls
 }
 
-func sessionExecReply(r api.SessionExecuteResponse) reply {
-	if r.Status == "" {
-		r.Status = "ok"
-	}
-	if r.Session.State == "" {
-		r.Session.State = api.SessionIdle
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(err)
-	}
-	return reply{body: string(b)}
+// interrupted waits for the first session's next interrupt.
+func interrupted(h *servertest.Harness) {
+	<-h.Engine.Sessions()[0].Interrupted()
 }
 
 func TestSessionNew(t *testing.T) {
-	body := sessionJSON(api.Session{SessionID: "s-1", State: api.SessionIdle, IdleTimeoutS: 600})
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/sessions": {status: 201, body: body}})
+	cfg := config.Default()
+	cfg.Network.Enabled = true
+	h := servertest.New(t, cfg, admission.Caller{UID: 1000, Network: true})
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data.csv")
 	os.WriteFile(data, []byte("a,b\n"), 0o644)
 
-	r := jailctl(t, d.sock, "", "session", "new", "--memory-mb", "512", "--pids", "32", "--file-size-mb", "8",
+	r := jailctl(t, h.Socket, "", "session", "new", "--memory-mb", "512", "--pids", "32", "--file-size-mb", "8",
 		"--timeout-ms", "1500", "--output-bytes", "4096", "--idle-timeout", "5m", "--ttl", "1500ms",
 		"--env", "A=1", "--env", "B=x=y", "--allow-host", "example.com", "--file", data, "--file", data+":in/d.csv")
-	if r.code != 0 || r.stdout != "s-1\n" || r.stderr != "" {
+	id := strings.TrimSuffix(r.stdout, "\n")
+	if r.code != 0 || !strings.HasPrefix(id, "s-") || strings.Contains(id, "\n") || r.stderr != "" {
 		t.Fatalf("got %d %q %q; want the bare ID", r.code, r.stdout, r.stderr)
 	}
-	var req api.SessionCreateRequest
-	d.request(t, "POST /v1/sessions", &req)
-	l := req.Limits
-	if l == nil || *l.MemoryMB != 512 || *l.Pids != 32 || *l.FileSizeMB != 8 || *l.TimeoutMs != 1500 || *l.OutputBytes != 4096 {
+	spec := h.Engine.Sessions()[0].Spec
+	if l := spec.Limits; l.MemoryBytes != 512<<20 || l.Pids != 32 || l.FileSizeBytes != 8<<20 {
 		t.Errorf("limits %+v", l)
 	}
-	if req.IdleTimeoutS == nil || *req.IdleTimeoutS != 300 || req.TTLS == nil || *req.TTLS != 2 {
-		t.Errorf("idle %v ttl %v; want 300 and 2 (rounded up)", req.IdleTimeoutS, req.TTLS)
+	if len(spec.Env) != 2 || spec.Env["B"] != "x=y" {
+		t.Errorf("env %v", spec.Env)
 	}
-	if len(req.Env) != 2 || req.Env["B"] != "x=y" {
-		t.Errorf("env %v", req.Env)
+	if spec.Network == nil {
+		t.Errorf("network %+v; --allow-host means internet", spec.Network)
 	}
-	if req.Network != "internet" || strings.Join(req.AllowHosts, " ") != "example.com" {
-		t.Errorf("network %q allow %q; --allow-host means internet", req.Network, req.AllowHosts)
+	if len(spec.Files) != 2 || spec.Files[0].Path != "data.csv" || string(spec.Files[0].Data) != "a,b\n" || spec.Files[1].Path != "in/d.csv" {
+		t.Errorf("files %+v", spec.Files)
 	}
-	b := base64.StdEncoding.EncodeToString([]byte("a,b\n"))
-	if len(req.Files) != 2 || req.Files[0] != (api.FileIn{Path: "data.csv", ContentB64: b}) || req.Files[1].Path != "in/d.csv" {
-		t.Errorf("files %+v", req.Files)
+	s, err := h.Client.Session(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Limits.TimeoutMs != 1500 || s.Limits.OutputBytes != 4096 || s.IdleTimeoutS != 300 || s.ExpiresAt.Sub(s.CreatedAt).Round(time.Second) != 2*time.Second {
+		t.Errorf("session %+v; want each call's 1500 ms and 4096 bytes, idle 300 s and a TTL of 2 s (rounded up)", s)
 	}
 
 	// No flags: an empty request takes the daemon's defaults.
-	r = jailctl(t, d.sock, "", "session", "new")
-	req = api.SessionCreateRequest{}
-	d.request(t, "POST /v1/sessions", &req)
-	if r.code != 0 || req.Limits != nil || req.IdleTimeoutS != nil || req.TTLS != nil || req.Env != nil || req.Network != "" || req.Files != nil {
-		t.Errorf("defaults: %d %+v", r.code, req)
+	if r = jailctl(t, h.Socket, "", "session", "new"); r.code != 0 {
+		t.Fatalf("defaults: %+v", r)
 	}
-
-	if r := jailctl(t, d.sock, "", "session", "new", "--json"); r.code != 0 || r.stdout != body+"\n" {
+	if spec := h.Engine.Sessions()[1].Spec; spec.Limits.Pids != 64 || spec.Env != nil || spec.Network != nil || spec.Files != nil {
+		t.Errorf("defaults: %+v", spec)
+	}
+	var got api.Session
+	if r := jailctl(t, h.Socket, "", "session", "new", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &got) != nil || got.State != api.SessionIdle {
 		t.Errorf("--json: %d %q", r.code, r.stdout)
 	}
 }
 
 func TestSessionUsageErrors(t *testing.T) {
-	d := newFakeDaemon(t, nil)
+	h := newDaemon(t)
 	for _, args := range [][]string{
 		{"session"},
 		{"session", "bogus"},
@@ -117,15 +129,13 @@ func TestSessionUsageErrors(t *testing.T) {
 		{"repl", "--session", "s-1", "--memory-mb", "64"},
 		{"repl", "--session", "s-1", "--image", "python"},
 	} {
-		r := jailctl(t, d.sock, "", args...)
+		r := jailctl(t, h.Socket, "", args...)
 		if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") && !strings.HasPrefix(r.stderr, "Usage: ") || r.stdout != "" {
 			t.Errorf("%q: got %d %q %q; want a usage error", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.last) != 0 {
-		t.Errorf("usage errors reached the daemon: %v", d.last)
+	if got := audited(h); got != "" {
+		t.Errorf("usage errors reached the daemon: %s", got)
 	}
 }
 
@@ -150,37 +160,34 @@ func TestSessionHelp(t *testing.T) {
 func TestSessionExecOutput(t *testing.T) {
 	tests := []struct {
 		name   string
-		resp   api.SessionExecuteResponse
+		res    run.CallResult
 		code   int
 		stdout string
 		stderr string
 	}{
-		{"ok, the value printed once", api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "42\n", Result: strp("42")},
-			ExecutionCount:  2,
-		}, 0, "42\n", ""},
-		{"exception", api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "error", ExitCode: intp(1), Stderr: "Traceback\nNameError: x\n", Message: "NameError: x"},
-		}, 1, "", "Traceback\nNameError: x\njailctl: NameError: x\n"},
-		{"timeout, state lost", api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "timeout", Signal: intp(9), TimedOut: true, Stdout: "a\n", Message: "Execution terminated after 1 second (the time limit) The interpreter was lost (timeout) and a fresh one started: variables and imports are gone; the workspace and /tmp are kept."},
-			Session:         api.SessionStatus{SessionID: "s-1", State: "idle", StateLost: true, LostReason: strp("timeout")},
-		}, 124, "a\n", "jailctl: Execution terminated after 1 second (the time limit)\n" +
-			"jailctl: the session's interpreter was restarted (the call timed out and did not stop at the interrupt): variables and imports are gone; files are kept\n"},
-		{"memory, state lost", api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "memory_limit", OOMKilled: true, Message: "The interpreter was lost (memory_limit) and a fresh one started."},
-			Session:         api.SessionStatus{State: "idle", StateLost: true, LostReason: strp("memory_limit")},
-		}, 137, "", "jailctl: the session's interpreter was restarted (the memory limit): variables and imports are gone; files are kept\n"},
-		{"ended", api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "killed", Signal: intp(9), Message: "Process killed by signal 9 (SIGKILL) The interpreter was lost (crashed). The session has ended (repeated_losses)."},
-			Session:         api.SessionStatus{State: "ended", EndReason: strp("repeated_losses"), StateLost: true, LostReason: strp("crashed")},
-		}, 137, "", "jailctl: Process killed by signal 9 (SIGKILL)\n" +
-			"jailctl: the session has ended (repeated_losses: its interpreter was lost in too many calls in a row)\n"},
+		{"ok, the value printed once", run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("42\n"), ResultRepr: strp("42")}},
+			0, "42\n", ""},
+		{"exception", run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Stderr: []byte("Traceback\nNameError: x\n"),
+			Exception: &runner.Exception{Type: "NameError", Message: "x"}}},
+			1, "", "Traceback\nNameError: x\njailctl: NameError: x\n"},
+		{"timeout, state lost", run.CallResult{Result: run.Result{Status: run.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: []byte("a\n")},
+			StateLost: true, LostReason: "timeout"},
+			124, "a\n", "jailctl: Execution terminated after 10 seconds (the time limit).\n" +
+				"jailctl: the session's interpreter was restarted (the call timed out and did not stop at the interrupt): variables and imports are gone; files are kept\n"},
+		{"memory, state lost", run.CallResult{Result: run.Result{Status: run.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1},
+			StateLost: true, LostReason: "memory_limit"},
+			137, "", "jailctl: Memory limit of 512 MB exceeded; the process was killed.\n" +
+				"jailctl: the session's interpreter was restarted (the memory limit): variables and imports are gone; files are kept\n"},
+		{"ended", run.CallResult{Result: run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1},
+			StateLost: true, LostReason: "crashed", Ended: true, EndReason: run.EndLosses},
+			137, "", "jailctl: Process killed by signal 9 (SIGKILL).\n" +
+				"jailctl: the session has ended (repeated_losses: its interpreter was lost in too many calls in a row)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := newFakeDaemon(t, map[string]reply{"POST /v1/sessions/s-1/execute": sessionExecReply(tt.resp)})
-			r := jailctl(t, d.sock, "", "session", "exec", "s-1", "-c", "x")
+			h := newDaemon(t)
+			callAnswer(h, func(context.Context, string) run.CallResult { return tt.res })
+			r := jailctl(t, h.Socket, "", "session", "exec", newSession(t, h), "-c", "x")
 			if r.code != tt.code || r.stdout != tt.stdout || r.stderr != tt.stderr {
 				t.Errorf("got %d %q %q\nwant %d %q %q", r.code, r.stdout, r.stderr, tt.code, tt.stdout, tt.stderr)
 			}
@@ -189,10 +196,13 @@ func TestSessionExecOutput(t *testing.T) {
 }
 
 func TestSessionExecRequest(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"POST /v1/sessions/a b/execute": sessionExecReply(api.SessionExecuteResponse{
-		ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0),
-			Files: []api.FileOut{{Path: "out.txt", SizeBytes: 2, ContentB64: b64("hi")}}},
-	})})
+	h := newDaemon(t)
+	var call run.Call
+	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
+		call = *c
+		return &run.CallResult{Result: run.Result{Status: run.StatusOK, Files: []workspace.File{{Path: "out.txt", Size: 2, Data: []byte("hi")}}}}, nil
+	}
+	id := newSession(t, h)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "main.py")
 	os.WriteFile(script, []byte("print(x)\n"), 0o644)
@@ -200,40 +210,33 @@ func TestSessionExecRequest(t *testing.T) {
 	os.WriteFile(input, []byte("line\n"), 0o644)
 	outDir := filepath.Join(dir, "out")
 
-	r := jailctl(t, d.sock, "", "session", "exec", "a b", script, "--timeout-ms", "2500", "--output-bytes", "100",
+	r := jailctl(t, h.Socket, "", "session", "exec", id, script, "--timeout-ms", "2500", "--output-bytes", "100",
 		"--file", input+":data/in.txt", "--get", "*.txt", "--stdin-file", input, "--interactive=false", "--out-dir", outDir)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	var req api.SessionExecuteRequest
-	d.request(t, "POST /v1/sessions/a b/execute", &req)
-	if req.Code != "print(x)\n" || req.Stdin == nil || *req.Stdin != "line\n" || strings.Join(req.ReturnFiles, " ") != "*.txt" {
-		t.Errorf("request %+v", req)
+	if call.Code != "print(x)\n" || string(call.Stdin) != "line\n" || strings.Join(call.ReturnFiles, " ") != "*.txt" || call.LastLineInteractive {
+		t.Errorf("call %+v", call)
 	}
-	if req.LastLineInteractive == nil || *req.LastLineInteractive {
-		t.Errorf("last_line_interactive %v; want false", req.LastLineInteractive)
+	if call.Timeout != 2500*time.Millisecond || call.OutputBytes != 100 {
+		t.Errorf("limits %v %d", call.Timeout, call.OutputBytes)
 	}
-	if l := req.Limits; l == nil || *l.TimeoutMs != 2500 || *l.OutputBytes != 100 || l.MemoryMB != nil {
-		t.Errorf("limits %+v", req.Limits)
-	}
-	if len(req.Files) != 1 || req.Files[0].Path != "data/in.txt" || req.Env != nil || req.Network != "" {
-		t.Errorf("files %+v env %v network %q", req.Files, req.Env, req.Network)
+	if len(call.Files) != 1 || call.Files[0].Path != "data/in.txt" {
+		t.Errorf("files %+v", call.Files)
 	}
 	if got, err := os.ReadFile(filepath.Join(outDir, "out.txt")); err != nil || string(got) != "hi" {
 		t.Errorf("returned file: %q %v", got, err)
 	}
 
-	// Code on stdin; interactive by default.
-	r = jailctl(t, d.sock, "1 + 1\n", "session", "exec", "a b", "--out-dir", outDir)
-	req = api.SessionExecuteRequest{}
-	d.request(t, "POST /v1/sessions/a b/execute", &req)
-	if r.code != 0 || req.Code != "1 + 1\n" || req.LastLineInteractive == nil || !*req.LastLineInteractive || req.Limits != nil || req.Stdin != nil {
-		t.Errorf("from stdin: %d %+v", r.code, req)
+	// Code on stdin; interactive by default; the session's limits.
+	r = jailctl(t, h.Socket, "1 + 1\n", "session", "exec", id, "--out-dir", outDir)
+	if r.code != 0 || call.Code != "1 + 1\n" || !call.LastLineInteractive || call.Timeout != 10*time.Second || call.Stdin != nil {
+		t.Errorf("from stdin: %d %+v", r.code, call)
 	}
 
 	// --json prints the response as it came and writes nothing.
 	jsonDir := filepath.Join(dir, "json")
-	r = jailctl(t, d.sock, "", "session", "exec", "--json", "--out-dir", jsonDir, "a b", "-c", "x")
+	r = jailctl(t, h.Socket, "", "session", "exec", "--json", "--out-dir", jsonDir, id, "-c", "x")
 	var resp api.SessionExecuteResponse
 	if err := json.Unmarshal([]byte(r.stdout), &resp); err != nil || r.code != 0 || resp.Status != "ok" || r.stderr != "" {
 		t.Errorf("--json: %d %q %q %v", r.code, r.stdout, r.stderr, err)
@@ -244,98 +247,114 @@ func TestSessionExecRequest(t *testing.T) {
 }
 
 func TestSessionExecErrors(t *testing.T) {
-	ended := sessionJSON(api.Session{SessionID: "s-1", State: api.SessionEnded, EndReason: strp("idle_timeout")})
-	running := sessionJSON(api.Session{SessionID: "s-2", State: api.SessionRunning})
-	d := newFakeDaemon(t, map[string]reply{
-		"POST /v1/sessions/s-1/execute": {409, nil, `{"error":{"type":"conflict","message":"session s-1 has ended"}}`},
-		"GET /v1/sessions/s-1":          {body: ended},
-		"POST /v1/sessions/s-2/execute": {409, nil, `{"error":{"type":"conflict","message":"a call is in progress"}}`},
-		"GET /v1/sessions/s-2":          {body: running},
-		"POST /v1/sessions/s-3/execute": {404, nil, `{"error":{"type":"not_found","message":"no session s-3"}}`},
-		"POST /v1/sessions/s-4/execute": {429, map[string]string{"Retry-After": "3"}, `{"error":{"type":"rate_limited","message":"slow down"}}`},
+	h := newDaemon(t)
+	release := make(chan struct{})
+	callAnswer(h, func(ctx context.Context, code string) run.CallResult {
+		if code == "slow()" {
+			<-release
+		}
+		return run.CallResult{}
 	})
+	ended, running := newSession(t, h), newSession(t, h)
+	h.Engine.Sessions()[0].End("idle_timeout")
+	done := make(chan result)
+	go func() { done <- jailctl(t, h.Socket, "", "session", "exec", running, "-c", "slow()") }()
+	for s, _ := h.Client.Session(context.Background(), running); s.State != api.SessionRunning; s, _ = h.Client.Session(context.Background(), running) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, tt := range []struct{ id, stderr string }{
-		{"s-1", "jailctl: session s-1 has ended\njailctl: session s-1 has ended (idle_timeout: it was idle for its idle timeout)\n"},
-		{"s-2", "jailctl: a call is in progress\njailctl: another call is running in session s-2; \"jailctl session interrupt s-2\" interrupts it\n"},
-		{"s-3", "jailctl: no session s-3\n"},
-		{"s-4", "jailctl: slow down (retry after 3s)\n"},
+		// The daemon's message names the end: it is not said again.
+		{ended, "jailctl: session " + ended + " has ended (idle_timeout)\n"},
+		{running, "jailctl: session " + running + " is running another call; wait for it or POST /v1/sessions/" + running + "/interrupt\n" +
+			"jailctl: another call is running in session " + running + "; \"jailctl session interrupt " + running + "\" interrupts it\n"},
+		{"s-3", "jailctl: no session \"s-3\" (sessions are visible to the uid that made them; ended ones stay listed for 10m0s)\n"},
 	} {
-		r := jailctl(t, d.sock, "", "session", "exec", tt.id, "-c", "x")
+		r := jailctl(t, h.Socket, "", "session", "exec", tt.id, "-c", "x")
 		if r.code != 2 || r.stdout != "" || r.stderr != tt.stderr {
 			t.Errorf("%s: got %d %q %q; want 2 %q", tt.id, r.code, r.stdout, r.stderr, tt.stderr)
 		}
 	}
-	// A daemon message that names the end already is not repeated.
-	d2 := newFakeDaemon(t, map[string]reply{
-		"POST /v1/sessions/s-1/execute": {409, nil, `{"error":{"type":"conflict","message":"session s-1 ended (deleted)"}}`},
-		"GET /v1/sessions/s-1":          {body: sessionJSON(api.Session{SessionID: "s-1", State: api.SessionEnded, EndReason: strp("deleted")})},
-	})
-	if r := jailctl(t, d2.sock, "", "session", "exec", "s-1", "-c", "x"); r.code != 2 || r.stderr != "jailctl: session s-1 ended (deleted)\n" {
-		t.Errorf("named end: %d %q", r.code, r.stderr)
-	}
+	close(release)
+	<-done
 }
 
 func TestSessionListShowInterruptRemove(t *testing.T) {
-	now := time.Now()
-	list := api.SessionList{Sessions: []api.Session{
-		{SessionID: "s-2", State: "ended", EndReason: strp("deleted"), CreatedAt: now.Add(-time.Minute), IdleTimeoutS: 60, ExecutionCount: 1, LastUsedAt: now.Add(-30 * time.Second)},
-		{SessionID: "s-1", State: "idle", CreatedAt: now.Add(-time.Hour), ExpiresAt: now.Add(time.Hour), IdleTimeoutS: 600, ExecutionCount: 3, LastUsedAt: now.Add(-5 * time.Second),
-			Limits: api.LimitValues{TimeoutMs: 10000, MemoryMB: 256, Pids: 64, FileSizeMB: 16, OutputBytes: 1 << 20}, Network: "none", UID: 1000, Image: "python-ml"},
-	}}
-	lb, _ := json.Marshal(list)
-	d := newFakeDaemon(t, map[string]reply{
-		"GET /v1/sessions":                {body: string(lb)},
-		"GET /v1/sessions/s-1":            {body: sessionJSON(list.Sessions[1])},
-		"POST /v1/sessions/s-1/interrupt": {body: `{"interrupted":true,"session":` + sessionJSON(list.Sessions[1]) + `}`},
-		"POST /v1/sessions/s-2/interrupt": {body: `{"interrupted":false,"session":` + sessionJSON(list.Sessions[0]) + `}`},
-		"DELETE /v1/sessions/s-1":         {body: sessionJSON(list.Sessions[1])},
-		"DELETE /v1/sessions/s-9":         {404, nil, `{"error":{"type":"not_found","message":"not found"}}`},
+	h := newDaemon(t)
+	release := make(chan struct{})
+	callAnswer(h, func(ctx context.Context, code string) run.CallResult {
+		if code == "1" {
+			return run.CallResult{Count: 1}
+		}
+		if code == "slow()" {
+			select {
+			case <-release:
+			case <-h.Engine.Sessions()[0].Interrupted():
+			}
+		}
+		return run.CallResult{}
 	})
+	busy := newSession(t, h)
+	s, err := h.Client.CreateSession(context.Background(), &api.SessionCreateRequest{Image: "test-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := s.SessionID
+	if _, err := h.Client.DeleteSession(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "exec", busy, "-c", "1"); r.code != 0 {
+		t.Fatalf("exec: %+v", r)
+	}
 
-	r := jailctl(t, d.sock, "", "session", "ls")
+	r := jailctl(t, h.Socket, "", "session", "ls")
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if r.code != 0 || len(lines) != 3 {
 		t.Fatalf("ls: %d %q", r.code, r.stdout)
 	}
 	for i, want := range [][]string{
 		{"ID", "STATE", "IMAGE", "CALLS", "IDLE", "TIMEOUT", "EXPIRES", "LAST", "USED", "END", "REASON"},
-		{"s-1", "idle", "python-ml", "3", "10m", "in", "1h", "5s", "ago", "-"},
-		{"s-2", "ended", "-", "1", "1m", "-", "30s", "ago", "deleted"},
+		{busy, "idle", "test", "1", "10m", "in", "1h", "just", "now", "-"},
+		{gone, "ended", "test-small", "0", "10m", "-", "never", "deleted"},
 	} {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("ls line %d: %q; want %q", i, got, want)
 		}
 	}
-	if r := jailctl(t, d.sock, "", "session", "ls", "--json"); r.code != 0 || r.stdout != string(lb)+"\n" {
+	var list api.SessionList
+	if r := jailctl(t, h.Socket, "", "session", "ls", "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil || len(list.Sessions) != 2 {
 		t.Errorf("ls --json: %d %q", r.code, r.stdout)
 	}
 
-	r = jailctl(t, d.sock, "", "session", "show", "s-1")
-	for _, want := range []string{"session:", "s-1", "idle", "(in 1h)", "idle timeout:  10m", "calls:         3", "memory 256 MB", "image:         python-ml", "uid 1000"} {
+	r = jailctl(t, h.Socket, "", "session", "show", busy)
+	for _, want := range []string{"session:", busy, "idle", "(in 1h)", "idle timeout:  10m", "calls:         1", "memory 512 MB", "image:         test", "uid 1000"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if r := jailctl(t, d.sock, "", "session", "show", "--json", "s-1"); r.code != 0 || r.stdout != sessionJSON(list.Sessions[1])+"\n" {
+	var one api.Session
+	if r := jailctl(t, h.Socket, "", "session", "show", "--json", busy); r.code != 0 || json.Unmarshal([]byte(r.stdout), &one) != nil || one.SessionID != busy {
 		t.Errorf("show --json: %d %q", r.code, r.stdout)
 	}
 
-	if r := jailctl(t, d.sock, "", "session", "interrupt", "s-1"); r.code != 0 || r.stdout != "" || r.stderr != "" {
-		t.Errorf("interrupt: %+v", r)
-	}
-	if r := jailctl(t, d.sock, "", "session", "interrupt", "s-2"); r.code != 1 || r.stderr != "jailctl: no call of session s-2 was running\n" {
+	if r := jailctl(t, h.Socket, "", "session", "interrupt", busy); r.code != 1 || r.stderr != "jailctl: no call of session "+busy+" was running\n" {
 		t.Errorf("interrupt with nothing running: %+v", r)
 	}
+	done := make(chan result)
+	go func() { done <- jailctl(t, h.Socket, "", "session", "exec", busy, "-c", "slow()") }()
+	for r := jailctl(t, h.Socket, "", "session", "interrupt", busy); r.code != 0; r = jailctl(t, h.Socket, "", "session", "interrupt", busy) {
+		if r.code != 1 || r.stdout != "" {
+			t.Fatalf("interrupt: %+v", r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-done
 
-	r = jailctl(t, d.sock, "", "session", "rm", "s-1", "s-9")
-	if r.code != 2 || r.stderr != "jailctl: s-9: not found\n" {
+	r = jailctl(t, h.Socket, "", "session", "rm", busy, "s-9")
+	if r.code != 2 || !strings.HasPrefix(r.stderr, "jailctl: ") || !strings.Contains(r.stderr, "s-9") || strings.Count(r.stderr, "\n") != 1 {
 		t.Errorf("rm: %+v", r)
 	}
-	d.mu.Lock()
-	_, deleted := d.last["DELETE /v1/sessions/s-1"]
-	d.mu.Unlock()
-	if !deleted {
-		t.Error("rm did not delete s-1")
+	if s, err := h.Client.Session(context.Background(), busy); err != nil || s.State != api.SessionEnded {
+		t.Errorf("rm did not end %s: %+v %v", busy, s, err)
 	}
 }
 
@@ -436,156 +455,47 @@ func TestBlockReader(t *testing.T) {
 	}
 }
 
-// sessionServer is a daemon with one session, "s-1", on a Unix socket:
-// each call's code is recorded and answered by answer.
-type sessionServer struct {
-	sock   string
-	mu     sync.Mutex
-	codes  []string
-	calls  []api.SessionExecuteRequest
-	events []string // "create", "execute", "interrupt", "delete", "get"
-	answer func(code string, r *http.Request) api.SessionExecuteResponse
-	// interrupted is closed by the first interrupt.
-	interrupted chan struct{}
-	once        sync.Once
-}
-
-func newSessionServer(t *testing.T, answer func(code string, r *http.Request) api.SessionExecuteResponse) *sessionServer {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &sessionServer{sock: filepath.Join(dir, "s"), answer: answer, interrupted: make(chan struct{})}
-	ln, err := net.Listen("unix", s.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	session := api.Session{SessionID: "s-1", State: api.SessionIdle}
-	write := func(w http.ResponseWriter, status int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(v)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
-		s.event("create")
-		write(w, 201, session)
-	})
-	mux.HandleFunc("GET /v1/sessions/s-1", func(w http.ResponseWriter, r *http.Request) {
-		s.event("get")
-		write(w, 200, session)
-	})
-	mux.HandleFunc("DELETE /v1/sessions/s-1", func(w http.ResponseWriter, r *http.Request) {
-		s.event("delete")
-		write(w, 200, session)
-	})
-	mux.HandleFunc("POST /v1/sessions/s-1/interrupt", func(w http.ResponseWriter, r *http.Request) {
-		s.event("interrupt")
-		s.once.Do(func() { close(s.interrupted) })
-		write(w, 200, api.SessionInterruptResponse{Interrupted: true, Session: session})
-	})
-	mux.HandleFunc("POST /v1/sessions/s-1/execute", func(w http.ResponseWriter, r *http.Request) {
-		var req api.SessionExecuteRequest
-		json.NewDecoder(r.Body).Decode(&req)
-		s.mu.Lock()
-		s.events = append(s.events, "execute")
-		s.codes = append(s.codes, req.Code)
-		s.calls = append(s.calls, req)
-		s.mu.Unlock()
-		resp := s.answer(req.Code, r)
-		if resp.Status == "" {
-			resp.Status = "ok"
-			resp.ExitCode = intp(0)
-		}
-		if resp.Session.State == "" {
-			resp.Session.State = api.SessionIdle
-		}
-		write(w, 200, resp)
-	})
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return s
-}
-
-func (s *sessionServer) event(e string) {
-	s.mu.Lock()
-	s.events = append(s.events, e)
-	s.mu.Unlock()
-}
-
-func (s *sessionServer) log() (codes, events []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.codes...), append([]string(nil), s.events...)
-}
-
-// fakeSignals makes notifySignals hand out a channel the test sends to.
-func fakeSignals(t *testing.T) chan<- os.Signal {
-	t.Helper()
-	ch := make(chan os.Signal, 4)
-	old := notifySignals
-	notifySignals = func(c chan<- os.Signal) func() {
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case s := <-ch:
-					c <- s
-				case <-done:
-					return
-				}
-			}
-		}()
-		return func() { close(done) }
-	}
-	t.Cleanup(func() { notifySignals = old })
-	return ch
-}
-
 // The first Ctrl-C of a session exec interrupts the call and waits for
 // its result; the exit status is 130 for an interrupted call that failed.
 func TestSessionExecCtrlCInterrupts(t *testing.T) {
 	sigs := fakeSignals(t)
-	started := make(chan struct{})
-	var s *sessionServer
-	s = newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
-		close(started)
-		<-s.interrupted
-		return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "error", ExitCode: intp(1),
-			Stderr: "Traceback\nKeyboardInterrupt\n", Error: &api.ExecError{Type: "KeyboardInterrupt"}, Message: "KeyboardInterrupt"}}
+	h := newDaemon(t)
+	callAnswer(h, func(context.Context, string) run.CallResult {
+		sigs <- os.Interrupt
+		interrupted(h)
+		return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1,
+			Stderr: []byte("Traceback\nKeyboardInterrupt\n"), Exception: exception("KeyboardInterrupt")}}
 	})
-	go func() { <-started; sigs <- os.Interrupt }()
-	r := jailctl(t, s.sock, "", "session", "exec", "s-1", "-c", "while True: pass")
+	r := jailctl(t, h.Socket, "", "session", "exec", newSession(t, h), "-c", "while True: pass")
 	if r.code != 130 || !strings.Contains(r.stderr, "jailctl: interrupting the call") || !strings.Contains(r.stderr, "KeyboardInterrupt\n") {
 		t.Errorf("got %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if _, events := s.log(); strings.Join(events, " ") != "execute interrupt" {
-		t.Errorf("events %q", events)
+	if got := audited(h); got != "session_create session_interrupt session_execute" {
+		t.Errorf("audited %q", got)
 	}
 }
 
 // A second Ctrl-C abandons the call: jailctl closes the request.
 func TestSessionExecSecondCtrlCAbandons(t *testing.T) {
 	sigs := fakeSignals(t)
-	started := make(chan struct{})
 	gone := make(chan struct{})
-	s := newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
-		close(started)
-		<-r.Context().Done() // a call that ignores the interrupt
-		close(gone)
-		return api.SessionExecuteResponse{}
+	h := newDaemon(t)
+	callAnswer(h, func(ctx context.Context, code string) run.CallResult {
+		if code == "term" {
+			sigs <- syscall.SIGTERM
+		} else {
+			sigs <- os.Interrupt
+			interrupted(h)
+			sigs <- os.Interrupt
+		}
+		<-ctx.Done() // a call that ignores the interrupt
+		if code != "term" {
+			close(gone)
+		}
+		return run.CallResult{}
 	})
-	go func() {
-		<-started
-		sigs <- os.Interrupt
-		<-s.interrupted
-		sigs <- os.Interrupt
-	}()
-	r := jailctl(t, s.sock, "", "session", "exec", "s-1", "-c", "while True: pass")
+	id := newSession(t, h)
+	r := jailctl(t, h.Socket, "", "session", "exec", id, "-c", "while True: pass")
 	if r.code != 130 || !strings.Contains(r.stderr, "jailctl: call abandoned") {
 		t.Errorf("got %d %q %q", r.code, r.stdout, r.stderr)
 	}
@@ -595,72 +505,84 @@ func TestSessionExecSecondCtrlCAbandons(t *testing.T) {
 		t.Error("the daemon did not see the call go away")
 	}
 	// SIGTERM abandons at once, with 143.
-	s2 := newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
-		sigs <- syscall.SIGTERM
-		<-r.Context().Done()
-		return api.SessionExecuteResponse{}
-	})
-	if r := jailctl(t, s2.sock, "", "session", "exec", "s-1", "-c", "x"); r.code != 143 {
+	for s, _ := h.Client.Session(context.Background(), id); s.State == api.SessionRunning; s, _ = h.Client.Session(context.Background(), id) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "exec", id, "-c", "term"); r.code != 143 {
 		t.Errorf("SIGTERM: %+v", r)
 	}
 }
 
+// replCalls is a daemon whose sessions answer the REPL's calls by code
+// and record them.
+func replCalls(t *testing.T, answer func(ctx context.Context, code string) run.CallResult) (*servertest.Harness, *[]run.Call) {
+	h := newDaemon(t)
+	return h, callAnswer(h, answer)
+}
+
+func codes(calls []run.Call) string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, c.Code)
+	}
+	return strings.Join(out, "|")
+}
+
 func TestReplScript(t *testing.T) {
-	s := newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
+	h, calls := replCalls(t, func(_ context.Context, code string) run.CallResult {
 		switch code {
 		case "print(x)\n":
-			return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "5\n"}}
+			return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("5\n")}}
 		case "x\n":
 			// The runner prints the value; result repeats it.
-			return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "5\n", Result: strp("5")}}
+			return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("5\n"), ResultRepr: strp("5")}}
 		case "1/0\n":
-			return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "error", ExitCode: intp(1),
-				Stderr: "ZeroDivisionError: division by zero\n", Error: &api.ExecError{Type: "ZeroDivisionError"}, Message: "ZeroDivisionError: division by zero"}}
+			return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1,
+				Stderr: []byte("ZeroDivisionError: division by zero\n"), Exception: &runner.Exception{Type: "ZeroDivisionError", Message: "division by zero"}}}
 		}
-		return api.SessionExecuteResponse{}
+		return run.CallResult{}
 	})
-	r := jailctl(t, s.sock, "x = 2\nfor i in range(3):\n    x += i\n\nprint(x)\n1/0\nx", "repl", "--memory-mb", "128")
+	r := jailctl(t, h.Socket, "x = 2\nfor i in range(3):\n    x += i\n\nprint(x)\n1/0\nx", "repl", "--memory-mb", "128")
 	if r.code != 0 || r.stdout != "5\n5\n" || r.stderr != "ZeroDivisionError: division by zero\n" {
 		t.Errorf("got %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	codes, events := s.log()
-	if want := []string{"x = 2\n", "for i in range(3):\n    x += i\n", "print(x)\n", "1/0\n", "x\n"}; strings.Join(codes, "|") != strings.Join(want, "|") {
-		t.Errorf("codes %q; want %q", codes, want)
+	if got, want := codes(*calls), "x = 2\n|for i in range(3):\n    x += i\n|print(x)\n|1/0\n|x\n"; got != want {
+		t.Errorf("codes %q; want %q", got, want)
 	}
-	if events[0] != "create" || events[len(events)-1] != "delete" {
-		t.Errorf("events %q; want create first and delete last", events)
+	if ops := audited(h); !strings.HasPrefix(ops, "session_create ") || !strings.HasSuffix(ops, " session_delete") {
+		t.Errorf("audited %q; want create first and delete last", ops)
 	}
-	for _, c := range s.calls {
-		if c.LastLineInteractive == nil || !*c.LastLineInteractive {
+	if h.Engine.Sessions()[0].Spec.Limits.MemoryBytes != 128<<20 {
+		t.Errorf("limits %+v", h.Engine.Sessions()[0].Spec.Limits)
+	}
+	for _, c := range *calls {
+		if !c.LastLineInteractive {
 			t.Errorf("call %q not interactive", c.Code)
 		}
 	}
 }
 
 func TestReplAttached(t *testing.T) {
-	s := newSessionServer(t, func(string, *http.Request) api.SessionExecuteResponse { return api.SessionExecuteResponse{} })
-	r := jailctl(t, s.sock, "y = 1\n", "repl", "--session", "s-1")
-	if r.code != 0 {
+	h, calls := replCalls(t, func(context.Context, string) run.CallResult { return run.CallResult{} })
+	id := newSession(t, h)
+	if r := jailctl(t, h.Socket, "y = 1\n", "repl", "--session", id); r.code != 0 {
 		t.Errorf("got %+v", r)
 	}
-	if _, events := s.log(); strings.Join(events, " ") != "get execute" {
-		t.Errorf("events %q; want the session checked, used, and left", events)
+	if ops := audited(h); ops != "session_create session_execute" || codes(*calls) != "y = 1\n" {
+		t.Errorf("audited %q, calls %q; want the session used and left", ops, codes(*calls))
 	}
 }
 
 func TestReplSessionEnds(t *testing.T) {
-	s := newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
-		return api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "killed", Signal: intp(9), Message: "Process killed by signal 9 (SIGKILL)"},
-			Session:         api.SessionStatus{State: api.SessionEnded, EndReason: strp("repeated_losses")},
-		}
+	h, calls := replCalls(t, func(context.Context, string) run.CallResult {
+		return run.CallResult{Result: run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1}, Ended: true, EndReason: run.EndLosses}
 	})
-	r := jailctl(t, s.sock, "a\nb\n", "repl")
+	r := jailctl(t, h.Socket, "a\nb\n", "repl")
 	if r.code != 1 || !strings.Contains(r.stderr, "jailctl: the session has ended (repeated_losses") {
 		t.Errorf("got %+v", r)
 	}
-	if codes, _ := s.log(); len(codes) != 1 {
-		t.Errorf("calls after the session ended: %q", codes)
+	if len(*calls) != 1 {
+		t.Errorf("calls after the session ended: %q", codes(*calls))
 	}
 }
 
@@ -668,20 +590,20 @@ func TestReplSessionEnds(t *testing.T) {
 // interrupts it and the REPL goes on.
 func TestReplCtrlC(t *testing.T) {
 	sigs := fakeSignals(t)
-	var s *sessionServer
-	s = newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
+	var h *servertest.Harness
+	h, calls := replCalls(t, func(_ context.Context, code string) run.CallResult {
 		if code == "while True: pass\n" {
 			sigs <- os.Interrupt
-			<-s.interrupted
-			return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "error", ExitCode: intp(1), Stderr: "KeyboardInterrupt\n"}}
+			interrupted(h)
+			return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Stderr: []byte("KeyboardInterrupt\n"), Exception: exception("KeyboardInterrupt")}}
 		}
-		return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "ran\n"}}
+		return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("ran\n")}}
 	})
 	pr, pw := io.Pipe()
 	var out, errOut bytes.Buffer
 	done := make(chan int)
 	go func() {
-		done <- Main(context.Background(), []string{"--socket", s.sock, "repl"}, pr, &out, &errOut)
+		done <- Main(context.Background(), []string{"--socket", h.Socket, "repl"}, pr, &out, &errOut)
 	}()
 	io.WriteString(pw, "for i in range(3):\n")
 	time.Sleep(100 * time.Millisecond) // the line reaches the block before the Ctrl-C
@@ -690,9 +612,8 @@ func TestReplCtrlC(t *testing.T) {
 	io.WriteString(pw, "while True: pass\nprint(1)\n")
 	pw.Close()
 	code := <-done
-	codes, _ := s.log()
-	if want := []string{"while True: pass\n", "print(1)\n"}; strings.Join(codes, "|") != strings.Join(want, "|") {
-		t.Errorf("codes %q; want %q", codes, want)
+	if got, want := codes(*calls), "while True: pass\n|print(1)\n"; got != want {
+		t.Errorf("codes %q; want %q", got, want)
 	}
 	if code != 0 || out.String() != "ran\n" || !strings.Contains(errOut.String(), "KeyboardInterrupt\n") {
 		t.Errorf("got %d %q %q", code, out.String(), errOut.String())
@@ -703,21 +624,21 @@ func TestReplCtrlC(t *testing.T) {
 // session to be idle again and goes on.
 func TestReplAbandonGoesOn(t *testing.T) {
 	sigs := fakeSignals(t)
-	var s *sessionServer
-	s = newSessionServer(t, func(code string, r *http.Request) api.SessionExecuteResponse {
+	var h *servertest.Harness
+	h, _ = replCalls(t, func(ctx context.Context, code string) run.CallResult {
 		if code == "slow()\n" {
 			sigs <- os.Interrupt
-			<-s.interrupted
+			interrupted(h)
 			sigs <- os.Interrupt
-			<-r.Context().Done()
+			<-ctx.Done()
 		}
-		return api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0), Stdout: "ran " + code}}
+		return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("ran " + code)}}
 	})
-	r := jailctl(t, s.sock, "slow()\nafter()\n", "repl")
+	r := jailctl(t, h.Socket, "slow()\nafter()\n", "repl")
 	if r.code != 0 || r.stdout != "ran after()\n" || !strings.Contains(r.stderr, "jailctl: call abandoned") {
 		t.Errorf("got %+v", r)
 	}
-	if _, events := s.log(); strings.Join(events, " ") != "create execute interrupt get execute delete" {
-		t.Errorf("events %q", events)
+	if got := audited(h); got != "session_create session_interrupt session_execute session_execute session_delete" {
+		t.Errorf("audited %q", got)
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,51 +13,9 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/workspace"
 )
-
-// events writes a streamed execute's events, numbered from 1, a line
-// each, flushed at once.
-type events struct {
-	w http.ResponseWriter
-	n int64
-}
-
-func newEvents(w http.ResponseWriter) *events {
-	w.Header().Set("Content-Type", api.MediaNDJSON)
-	w.WriteHeader(http.StatusOK)
-	return &events{w: w}
-}
-
-func (s *events) send(name string, data any) {
-	d, err := json.Marshal(data)
-	if err != nil {
-		panic(err)
-	}
-	s.n++
-	line, _ := json.Marshal(api.Event{ID: s.n, Event: name, Data: d})
-	s.w.Write(append(line, '\n'))
-	s.w.(http.Flusher).Flush()
-}
-
-// serveMux serves mux on a temporary Unix socket and returns its path.
-func serveMux(t *testing.T, mux http.Handler) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return sock
-}
 
 // seenWriter is a buffer that says when it first holds want.
 type seenWriter struct {
@@ -90,39 +46,35 @@ func (w *seenWriter) String() string {
 	return w.buf.String()
 }
 
-// exec prints the output as it arrives: the daemon sends the rest only
+// waitSeen fails t unless every seen channel closes soon.
+func waitSeen(t *testing.T, seen ...chan struct{}) {
+	for _, s := range seen {
+		select {
+		case <-s:
+		case <-time.After(5 * time.Second):
+			t.Error("jailctl did not print the output as it arrived")
+		}
+	}
+}
+
+// exec prints the output as it arrives: the engine sends the rest only
 // once jailctl's stdout and stderr hold the first chunks. The report after
 // the run does not print them again.
 func TestExecStreamsOutput(t *testing.T) {
 	stdout, stderr := newSeenWriter("tick 1\n"), newSeenWriter("warn\n")
-	var accept string
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/execute", func(w http.ResponseWriter, r *http.Request) {
-		accept = r.Header.Get("Accept")
-		ev := newEvents(w)
-		ev.send(api.EventStart, api.EventStartData{RunID: "r1"})
-		ev.send(api.EventStdout, api.EventText{Text: "tick 1\n"})
-		ev.send(api.EventStderr, api.EventText{Text: "warn\n"})
-		for _, seen := range []chan struct{}{stdout.seen, stderr.seen} {
-			select {
-			case <-seen:
-			case <-time.After(5 * time.Second):
-				t.Error("jailctl did not print the output as it arrived")
-			}
-		}
-		ev.send(api.EventKeepalive, struct{}{})
-		ev.send(api.EventStdout, api.EventText{Text: "tick 2"})
-		ev.send(api.EventFigure, api.Figure{Name: "figure_1.png", ContentB64: b64("\x89PNG")})
-		ev.send(api.EventDone, api.ExecuteResponse{RunID: "r1", Status: "timeout", TimedOut: true, Signal: intp(9),
-			StdoutTruncated: true, Message: "timed out after 1s", Figures: []api.Figure{}})
-	})
-	sock := serveMux(t, mux)
-	dir := t.TempDir()
-	code := Main(context.Background(), []string{"--socket", sock, "exec", "-c", "x", "--out-dir", dir}, strings.NewReader(""), stdout, stderr)
-	if accept != api.MediaNDJSON {
-		t.Errorf("Accept %q", accept)
+	h := newDaemon(t)
+	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
+		req.Hooks.OnStart("r1", false)
+		req.Hooks.Output(1, []byte("tick 1\n"))
+		req.Hooks.Output(2, []byte("warn\n"))
+		waitSeen(t, stdout.seen, stderr.seen)
+		req.Hooks.Output(1, []byte("tick 2"))
+		return &run.Result{Status: run.StatusTimeout, TimedOut: true, Signal: 9, ExitCode: -1, StdoutTruncated: true,
+			Figures: []workspace.Figure{{Name: "figure_1.png", Data: []byte("\x89PNG")}}}, nil
 	}
-	want := "warn\njailctl: the run's stdout was truncated\nwrote " + filepath.Join(dir, "figure_1.png") + "\njailctl: timed out after 1s\n"
+	dir := t.TempDir()
+	code := Main(context.Background(), []string{"--socket", h.Socket, "exec", "-c", "x", "--out-dir", dir}, strings.NewReader(""), stdout, stderr)
+	want := "warn\njailctl: the run's stdout was truncated\nwrote " + filepath.Join(dir, "figure_1.png") + "\njailctl: Execution terminated after 10 seconds (the time limit)\n"
 	if code != 124 || stdout.String() != "tick 1\ntick 2" || stderr.String() != want {
 		t.Errorf("got %d %q %q\nwant 124 %q %q", code, stdout.String(), stderr.String(), "tick 1\ntick 2", want)
 	}
@@ -131,44 +83,34 @@ func TestExecStreamsOutput(t *testing.T) {
 	}
 }
 
-// An error after the stream began is the daemon's error, after the
-// output that came before it.
-func TestExecStreamError(t *testing.T) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/execute", func(w http.ResponseWriter, r *http.Request) {
-		ev := newEvents(w)
-		ev.send(api.EventStdout, api.EventText{Text: "partial\n"})
-		ev.send(api.EventError, api.ErrorBody{Error: api.ErrorDetail{Type: "unavailable", Message: "the daemon is shutting down"}})
-	})
-	sock := serveMux(t, mux)
-	r := jailctl(t, sock, "", "exec", "-c", "x")
-	if r.code != 2 || r.stdout != "partial\n" || r.stderr != "jailctl: the daemon is shutting down\n" {
-		t.Errorf("got %+v", r)
-	}
-	// The daemon went away mid-stream.
-	mux = http.NewServeMux()
-	mux.HandleFunc("POST /v1/execute", func(w http.ResponseWriter, r *http.Request) {
-		newEvents(w).send(api.EventStdout, api.EventText{Text: "partial\n"})
-	})
-	sock = serveMux(t, mux)
-	if r := jailctl(t, sock, "", "exec", "-c", "x"); r.code != 2 || !strings.Contains(r.stderr, "stream ended early") {
-		t.Errorf("early end: %+v", r)
+// events writes a streamed answer's events, numbered from 1, a line each.
+func events(w http.ResponseWriter, evs ...api.Event) {
+	w.Header().Set("Content-Type", api.MediaNDJSON)
+	for i, ev := range evs {
+		ev.ID = int64(i + 1)
+		line, _ := json.Marshal(ev)
+		w.Write(append(line, '\n'))
 	}
 }
 
-// --json asks for no stream: the daemon's one object, as it came.
-func TestExecJSONIsNotStreamed(t *testing.T) {
-	var accept string
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/execute", func(w http.ResponseWriter, r *http.Request) {
-		accept = r.Header.Get("Accept")
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"run_id":"r1","status":"ok","exit_code":0,"stdout":"hi\n","extra":1}`))
-	})
-	sock := serveMux(t, mux)
-	r := jailctl(t, sock, "", "exec", "--json", "-c", "x")
-	if r.code != 0 || r.stdout != `{"run_id":"r1","status":"ok","exit_code":0,"stdout":"hi\n","extra":1}`+"\n" || accept != "application/json" {
-		t.Errorf("got %+v, Accept %q", r, accept)
+func event(name string, data any) api.Event {
+	d, _ := json.Marshal(data)
+	return api.Event{Event: name, Data: d}
+}
+
+// An error after the stream began is the daemon's error, after the
+// output that came before it; a stream cut short is said to be.
+func TestExecStreamError(t *testing.T) {
+	partial := event(api.EventStdout, api.EventText{Text: "partial\n"})
+	sock := misbehaving(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		events(w, partial, event(api.EventError, api.ErrorBody{Error: api.ErrorDetail{Type: "unavailable", Message: "the daemon is shutting down"}}))
+	}))
+	if r := jailctl(t, sock, "", "exec", "-c", "x"); r.code != 2 || r.stdout != "partial\n" || r.stderr != "jailctl: the daemon is shutting down\n" {
+		t.Errorf("got %+v", r)
+	}
+	sock = misbehaving(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { events(w, partial) }))
+	if r := jailctl(t, sock, "", "exec", "-c", "x"); r.code != 2 || !strings.Contains(r.stderr, "stream ended early") {
+		t.Errorf("early end: %+v", r)
 	}
 }
 
@@ -176,29 +118,20 @@ func TestExecJSONIsNotStreamed(t *testing.T) {
 func TestSessionExecStreams(t *testing.T) {
 	sigs := fakeSignals(t)
 	stdout := newSeenWriter("tick\n")
-	interrupted := make(chan struct{})
-	var once sync.Once
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/sessions/s-1/interrupt", func(w http.ResponseWriter, r *http.Request) {
-		once.Do(func() { close(interrupted) })
-		json.NewEncoder(w).Encode(api.SessionInterruptResponse{Interrupted: true})
-	})
-	mux.HandleFunc("POST /v1/sessions/s-1/execute", func(w http.ResponseWriter, r *http.Request) {
-		ev := newEvents(w)
-		ev.send(api.EventStdout, api.EventText{Text: "tick\n"})
+	h := newDaemon(t)
+	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
+		c.Hooks.OnStart("r1", false)
+		c.Hooks.Output(1, []byte("tick\n"))
 		<-stdout.seen
 		sigs <- os.Interrupt
-		<-interrupted
-		ev.send(api.EventStderr, api.EventText{Text: "KeyboardInterrupt\n"})
-		ev.send(api.EventDone, api.SessionExecuteResponse{
-			ExecuteResponse: api.ExecuteResponse{Status: "error", ExitCode: intp(1), Error: &api.ExecError{Type: "KeyboardInterrupt"}},
-			Session:         api.SessionStatus{SessionID: "s-1", State: api.SessionIdle},
-		})
-	})
-	sock := serveMux(t, mux)
+		<-h.Engine.Sessions()[0].Interrupted()
+		c.Hooks.Output(2, []byte("KeyboardInterrupt\n"))
+		return &run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Exception: exception("KeyboardInterrupt")}}, nil
+	}
+	id := newSession(t, h)
 	var stderr bytes.Buffer
-	code := Main(context.Background(), []string{"--socket", sock, "session", "exec", "s-1", "-c", "while True: print('tick')"}, strings.NewReader(""), stdout, &stderr)
-	want := "jailctl: interrupting the call (Ctrl-C again to abandon it)\nKeyboardInterrupt\n"
+	code := Main(context.Background(), []string{"--socket", h.Socket, "session", "exec", id, "-c", "while True: print('tick')"}, strings.NewReader(""), stdout, &stderr)
+	want := "jailctl: interrupting the call (Ctrl-C again to abandon it)\nKeyboardInterrupt\njailctl: KeyboardInterrupt\n"
 	if code != 130 || stdout.String() != "tick\n" || stderr.String() != want {
 		t.Errorf("got %d %q %q; want 130 %q", code, stdout.String(), stderr.String(), want)
 	}
@@ -206,23 +139,14 @@ func TestSessionExecStreams(t *testing.T) {
 
 // The REPL streams each call's output.
 func TestReplStreams(t *testing.T) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(201)
-		json.NewEncoder(w).Encode(api.Session{SessionID: "s-1", State: api.SessionIdle})
-	})
-	mux.HandleFunc("DELETE /v1/sessions/s-1", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(api.Session{SessionID: "s-1", State: api.SessionEnded})
-	})
-	mux.HandleFunc("POST /v1/sessions/s-1/execute", func(w http.ResponseWriter, r *http.Request) {
-		ev := newEvents(w)
-		ev.send(api.EventStdout, api.EventText{Text: "a\n"})
-		ev.send(api.EventStdout, api.EventText{Text: "b\n"})
-		ev.send(api.EventDone, api.SessionExecuteResponse{ExecuteResponse: api.ExecuteResponse{Status: "ok", ExitCode: intp(0)},
-			Session: api.SessionStatus{State: api.SessionIdle}})
-	})
-	sock := serveMux(t, mux)
-	if r := jailctl(t, sock, "x\ny\n", "repl"); r.code != 0 || r.stdout != "a\nb\na\nb\n" || r.stderr != "" {
+	h := newDaemon(t)
+	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
+		c.Hooks.OnStart("r1", false)
+		c.Hooks.Output(1, []byte("a\n"))
+		c.Hooks.Output(1, []byte("b\n"))
+		return &run.CallResult{Result: run.Result{Status: run.StatusOK}}, nil
+	}
+	if r := jailctl(t, h.Socket, "x\ny\n", "repl"); r.code != 0 || r.stdout != "a\nb\na\nb\n" || r.stderr != "" {
 		t.Errorf("got %+v", r)
 	}
 }
