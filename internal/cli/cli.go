@@ -380,6 +380,36 @@ func runVersion(e *env, args []string) int {
 	return exitOK
 }
 
+// asked is a command that asks the daemon something, parsed: its
+// positional arguments, the client and --json.
+type asked struct {
+	pos  []string
+	c    *client.Client
+	json bool
+}
+
+// ask parses a command that asks the daemon something: --json (with
+// jsonUsage), the daemon's flags, and positional arguments (sc: a group's
+// command, between minPos and maxPos; nil: a command, at most maxPos).
+// ok is false when the command must return rc.
+func (e *env) ask(name, jsonUsage string, sc *subcommand, args []string, minPos, maxPos int) (a asked, rc int, ok bool) {
+	fs := e.flagSet(name)
+	fs.BoolVar(&a.json, "json", false, jsonUsage)
+	daemon := targetFlags(fs)
+	if sc != nil {
+		a.pos, rc, ok = e.parseSub(fs, sc, args, minPos, maxPos)
+	} else {
+		a.pos, rc, ok = e.parse(fs, args, maxPos)
+	}
+	if ok {
+		a.c, rc, ok = e.client(daemon)
+	}
+	return a, rc, ok
+}
+
+// jsonUsage is --json's usage in most commands.
+const jsonUsage = "print the daemon's response JSON"
+
 // fetch sends req (nil: no body) to path and decodes the answer into
 // out; with jsonOut it prints the answer as it came. ok is false when the
 // command must return rc.

@@ -43,16 +43,11 @@ func runExec(e *env, args []string) int {
 	if req.Code, req.Stdin, rc, ok = f.readCode(e, "exec", pos); !ok {
 		return rc
 	}
-	c, rc, ok := e.client(daemon)
+	c, cleanup, rc, ok := e.dial(daemon, &f, &req.Files)
 	if !ok {
 		return rc
 	}
-	in, cleanup, err := e.stageFiles(c, f.files)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	defer cleanup()
-	req.Files = in
 	if f.json {
 		var resp api.ExecuteResponse
 		if rc, ok := e.fetch(c, http.MethodPost, "/v1/execute", req, &resp, true); !ok {

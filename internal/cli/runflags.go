@@ -220,3 +220,18 @@ func (f *runFlags) sessionRequest(e *env, c *client.Client) (_ *api.SessionCreat
 	req.Files = files
 	return req, cleanup, err
 }
+
+// dial makes the daemon's client and stages f's --file uploads into
+// *files (stageFiles); the caller runs cleanup once its request is done.
+// ok is false when the command must return rc.
+func (e *env) dial(daemon *target, f *runFlags, files *[]api.FileIn) (c *client.Client, cleanup func(), rc int, ok bool) {
+	if c, rc, ok = e.client(daemon); !ok {
+		return nil, nil, rc, false
+	}
+	in, cleanup, err := e.stageFiles(c, f.files)
+	if err != nil {
+		return nil, nil, e.daemonError(err), false
+	}
+	*files = in
+	return c, cleanup, 0, true
+}

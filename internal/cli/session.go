@@ -182,16 +182,11 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 	if req.Code, req.Stdin, rc, ok = f.readCode(e, "session exec", pos[1:]); !ok {
 		return rc
 	}
-	c, rc, ok := e.client(daemon)
+	c, cleanup, rc, ok := e.dial(daemon, &f, &req.Files)
 	if !ok {
 		return rc
 	}
-	in, cleanup, err := e.stageFiles(c, f.files)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	defer cleanup()
-	req.Files = in
 	sig := make(chan os.Signal, 4)
 	stop := notifySignals(sig)
 	defer stop()
@@ -488,27 +483,13 @@ func runSessionList(e *env, sc *subcommand, args []string) int {
 // runList is an `ls` subcommand: GET path, printed as the daemon's JSON
 // with --json, else as table prints it.
 func runList[L any](e *env, sc *subcommand, args []string, name, path string, table func(io.Writer, L, time.Time)) int {
-	fs := e.flagSet(name)
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
-		return rc
-	}
-	c, rc, ok := e.client(daemon)
+	a, rc, ok := e.ask(name, jsonUsage, sc, args, 0, 0)
 	if !ok {
 		return rc
 	}
-	raw, err := c.Do(e.ctx, http.MethodGet, path, nil)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	var list L
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
+	if rc, ok := e.fetch(a.c, http.MethodGet, path, nil, &list, a.json); !ok || a.json {
+		return rc
 	}
 	table(e.stdout, list, time.Now())
 	return exitOK
@@ -580,28 +561,13 @@ func shortDuration(d time.Duration) string {
 }
 
 func runSessionShow(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session show")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	a, rc, ok := e.ask("session show", jsonUsage, sc, args, 1, 1)
 	if !ok {
 		return rc
-	}
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
-	raw, err := c.Do(e.ctx, http.MethodGet, sessionPath(pos[0]), nil)
-	if err != nil {
-		return e.daemonError(err)
 	}
 	var s api.Session
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
+	if rc, ok := e.fetch(a.c, http.MethodGet, sessionPath(a.pos[0]), nil, &s, a.json); !ok || a.json {
+		return rc
 	}
 	writeSession(e.stdout, &s, time.Now())
 	return exitOK
@@ -640,31 +606,17 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 }
 
 func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session interrupt")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	a, rc, ok := e.ask("session interrupt", jsonUsage, sc, args, 1, 1)
 	if !ok {
 		return rc
-	}
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
-	raw, err := c.Do(e.ctx, http.MethodPost, sessionPath(pos[0])+"/interrupt", struct{}{})
-	if err != nil {
-		return e.daemonError(err)
 	}
 	var resp api.SessionInterruptResponse
-	if err := json.Unmarshal(raw, &resp); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
+	if rc, ok := e.fetch(a.c, http.MethodPost, sessionPath(a.pos[0])+"/interrupt", struct{}{}, &resp, a.json); !ok {
+		return rc
 	}
 	if !resp.Interrupted {
-		if !*jsonOut {
-			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(pos[0]))
+		if !a.json {
+			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(a.pos[0]))
 		}
 		return exitFail
 	}
