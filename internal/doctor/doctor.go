@@ -131,7 +131,11 @@ func Run(ctx context.Context, o Options) Report {
 	var served *api.Info
 	var daemonErr error
 	if o.Daemon != nil {
-		served, daemonErr = o.Daemon(ctx)
+		if served, daemonErr = o.Daemon(ctx); daemonErr == nil && served == nil {
+			daemonErr = errors.New("an empty answer")
+		} else if daemonErr != nil {
+			served = nil
+		}
 	}
 	checks := []Check{
 		o.kernel(),
