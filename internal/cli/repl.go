@@ -35,9 +35,8 @@ REPL; 2 for usage errors and errors from the daemon.`
 func runRepl(e *env, args []string) int {
 	fs := e.flagSet("repl")
 	var sf runFlags
-	sf.register(fs, forSession)
+	sf.register(fs, forRepl)
 	attach := fs.String("session", "", "run in the existing session `ID` and leave it at exit (exclusive with the session flags)")
-	outDir := fs.String("out-dir", ".", "write figures beneath `DIR`, creating it")
 	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
@@ -49,7 +48,7 @@ func runRepl(e *env, args []string) int {
 	if !ok {
 		return rc
 	}
-	r := &repl{e: e, c: c, id: *attach, outDir: *outDir, tty: isTerminal(e.stdin)}
+	r := &repl{e: e, c: c, id: *attach, outDir: sf.outDir, tty: isTerminal(e.stdin)}
 	if r.id == "" {
 		req, cleanup, err := sf.sessionRequest(e, c)
 		if err != nil {

@@ -18,7 +18,8 @@ type flagKind int
 
 const (
 	forRun     flagKind = iota // exec: one run
-	forSession                 // session new, repl: a session's jail
+	forSession                 // session new: a session's jail
+	forRepl                    // repl: a session's jail, and where figures go
 	forCall                    // session exec: one call in a session
 	forRuff                    // lint, format
 )
@@ -56,8 +57,11 @@ func (f *runFlags) register(fs *flag.FlagSet, k flagKind) {
 		fs.StringVar(&f.image, "image", "", ruffImageUsage)
 		fs.BoolVar(&f.json, "json", false, "print the daemon's response JSON")
 		return
-	case forSession:
+	case forSession, forRepl:
 		f.sessionFlags(fs)
+		if k == forRepl {
+			fs.StringVar(&f.outDir, "out-dir", ".", "write figures beneath `DIR`, creating it")
+		}
 		return
 	}
 	whose := map[flagKind]string{forRun: "the run's", forCall: "the call's"}[k]
