@@ -1,11 +1,16 @@
-// Package doctor is the preflight behind `jailctl doctor`: it checks what
-// jaild needs from a host (kernel, cgroups and the controllers delegated to
-// jaild, user namespaces, squashfs and loop devices, seccomp and this
-// build's support for it, nftables for egress), the rootfs image, the
-// socket, and whether the daemon answers. Each failed check names its fix.
+// Package doctor is the preflight behind `jaild doctor` and `jailctl
+// doctor`: it checks what jaild needs from a host (kernel, cgroups and the
+// controllers delegated to jaild, user namespaces, squashfs and loop
+// devices, seccomp, nftables for egress), the rootfs images, the socket,
+// and whether the daemon answers. Each failed check names its fix. When
+// the daemon answers, the images and the seccomp profile checked are the
+// ones it serves (it verified them at its start), not the configuration's.
 //
-// Host facts are read beneath Options.Root ("/" on a real host), so the
-// checks are tested against fixture trees without root.
+// The probes that need the daemon's libraries (loading a profile with
+// libseccomp, asking nf_tables) are functions in Options, which jaild
+// fills; this package links neither, so jailctl can use it. Host facts are
+// read beneath Options.Root ("/" on a real host), so the checks are tested
+// against fixture trees without root.
 package doctor
 
 import (
@@ -13,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -22,10 +28,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/rootfs"
-	"github.com/jaild/jaild/internal/seccomp"
 )
 
 // Status is a check's outcome. Only Fail makes the report fail.
@@ -36,6 +43,13 @@ const (
 	Warn Status = "warn"
 	Fail Status = "fail"
 	Skip Status = "skip"
+)
+
+// The names of the checks whose probes need the daemon's libraries
+// (Options.Seccomp, Options.Nftables).
+const (
+	CheckSeccomp  = "seccomp"
+	CheckNftables = "nftables (egress)"
 )
 
 // Check is one check's result. Fix is set when Status is Warn or Fail.
@@ -52,6 +66,10 @@ type Report struct {
 	OK     bool    `json:"ok"`
 }
 
+// ErrNoSeccompSupport is what Options.Seccomp returns, wrapped, from a
+// build without seccomp support.
+var ErrNoSeccompSupport = errors.New("this build has no seccomp support")
+
 // Options says where to look.
 type Options struct {
 	Root  string // host root for /proc and /sys ("" or "/": the real one)
@@ -62,10 +80,44 @@ type Options struct {
 	Socket         string
 	SocketGroup    string // the group the socket should have
 	Unit           string // the systemd unit whose cgroup holds the jails ("jaild.service")
-	// Daemon asks the daemon for /v1/info; nil skips the check.
+	// Daemon asks the daemon for /v1/info; nil skips the check. When it
+	// answers, the images and the profile checked are the daemon's.
 	Daemon func(context.Context) (*api.Info, error)
-	// Nftables asks the kernel's nf_tables for its tables; nil skips.
+	// Seccomp loads and checks a profile as the daemon does (jaild's is
+	// internal/seccomp's Load); nil: not here, see Elsewhere.
+	Seccomp func(path string) (api.SeccompInfo, error)
+	// Nftables asks the kernel's nf_tables for its tables; nil: not here,
+	// see Elsewhere.
 	Nftables func() error
+	// Elsewhere is the fix of a check whose probe is nil: where it can be
+	// made ("run jaild doctor as root"). Such a check warns with it; with
+	// no Elsewhere it is skipped.
+	Elsewhere string
+}
+
+// Configure returns the options of the daemon's configuration file at
+// path where the flags (image, profile, socket; "" for not given) leave
+// them. A missing file is the defaults, as for the daemon; a file that
+// does not load is err, returned with the defaults' options.
+func Configure(path, image, profile, socket string) (Options, error) {
+	cfg, err := config.Load(path, false)
+	if err != nil {
+		cfg = config.Default()
+	}
+	o := Options{Image: image, SeccompProfile: profile, Socket: socket, SocketGroup: cfg.SocketGroup, Images: map[string]string{}}
+	if o.Image == "" {
+		o.Image = cfg.Image
+	}
+	if o.SeccompProfile == "" {
+		o.SeccompProfile = cfg.SeccompProfile
+	}
+	if o.Socket == "" {
+		o.Socket = cfg.Socket
+	}
+	for name, im := range cfg.Images {
+		o.Images[name] = im.Dir
+	}
+	return o, err
 }
 
 // Run runs every check.
@@ -76,21 +128,34 @@ func Run(ctx context.Context, o Options) Report {
 	if o.Unit == "" {
 		o.Unit = "jaild.service"
 	}
+	var served *api.Info
+	var daemonErr error
+	if o.Daemon != nil {
+		if served, daemonErr = o.Daemon(ctx); daemonErr == nil && served == nil {
+			daemonErr = errors.New("an empty answer")
+		} else if daemonErr != nil {
+			served = nil
+		}
+	}
 	checks := []Check{
 		o.kernel(),
 		o.cgroups(),
 		o.userns(),
 		o.filesystems(),
 		o.loop(),
-		o.seccomp(),
-		o.nftables(),
-		o.image(),
+		o.seccomp(served),
+		o.nftables(served),
+		o.image(served),
 	}
-	checks = append(checks, o.images()...)
+	checks = append(checks, o.images(served)...)
 	checks = append(checks,
 		o.socket(),
-		o.daemon(ctx),
+		o.daemon(served, daemonErr),
 	)
+	return newReport(checks)
+}
+
+func newReport(checks []Check) Report {
 	r := Report{Checks: checks, OK: true}
 	for _, c := range checks {
 		if c.Status == Fail {
@@ -98,6 +163,52 @@ func Run(ctx context.Context, o Options) Report {
 		}
 	}
 	return r
+}
+
+// Replace returns r with its checks of the given names replaced by
+// from's checks of the same names (those from has).
+func (r Report) Replace(from Report, names ...string) Report {
+	checks := slices.Clone(r.Checks)
+	for i, c := range checks {
+		if !slices.Contains(names, c.Name) {
+			continue
+		}
+		for _, f := range from.Checks {
+			if f.Name == c.Name {
+				checks[i] = f
+			}
+		}
+	}
+	return newReport(checks)
+}
+
+// WriteText writes the report for people: a check a line, each warning's
+// and failure's fix under it, and the verdict.
+func (r Report) WriteText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
+		if c.Fix != "" && (c.Status == Fail || c.Status == Warn) {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+		}
+	}
+	tw.Flush()
+	if r.OK {
+		fmt.Fprintln(w, "jaild can run here.")
+	} else {
+		fmt.Fprintln(w, "jaild cannot run here until the failed checks are fixed.")
+	}
+}
+
+// unchecked is c when its probe is not in this binary: a warning whose
+// fix is Elsewhere, or skipped without one.
+func (o Options) unchecked(c Check, detail string) Check {
+	if o.Elsewhere == "" {
+		c.Status, c.Detail = Skip, detail+" (not asked)"
+		return c
+	}
+	c.Status, c.Detail, c.Fix = Warn, detail, o.Elsewhere
+	return c
 }
 
 func (o Options) path(p string) string { return filepath.Join(o.Root, p) }
@@ -306,8 +417,8 @@ func (o Options) loop() Check {
 	return c
 }
 
-func (o Options) seccomp() Check {
-	c := Check{Name: "seccomp"}
+func (o Options) seccomp(served *api.Info) Check {
+	c := Check{Name: CheckSeccomp}
 	status, err := o.read("/proc/self/status")
 	if err != nil || !strings.Contains(status, "\nSeccomp:") {
 		c.Status, c.Detail, c.Fix = Fail, "the kernel has no seccomp", "a kernel built with CONFIG_SECCOMP_FILTER"
@@ -320,34 +431,47 @@ func (o Options) seccomp() Check {
 			return c
 		}
 	}
-	if o.SeccompProfile == "" {
+	var prof api.SeccompInfo
+	switch {
+	case served != nil:
+		c.Status = OK
+		c.Detail = fmt.Sprintf("kernel actions: %s; the daemon's profile %s, loaded at its start: default action %s, %d rules",
+			actions, served.Seccomp.Profile, served.Seccomp.DefaultAction, served.Seccomp.Rules)
+		return c
+	case o.SeccompProfile == "":
 		c.Status, c.Detail = Skip, "kernel supports seccomp (no profile to check)"
 		return c
+	case o.Seccomp == nil:
+		return o.unchecked(c, fmt.Sprintf("kernel actions: %s; the profile %s is not loaded here (no daemon answers)", actions, o.SeccompProfile))
 	}
-	prof, err := seccomp.Load(o.SeccompProfile)
+	prof, err = o.Seccomp(o.SeccompProfile)
 	switch {
-	case errors.Is(err, seccomp.ErrNoSeccompSupport):
+	case errors.Is(err, ErrNoSeccompSupport):
 		c.Status, c.Detail, c.Fix = Fail, "this build has no seccomp support", "build with cgo and -tags seccomp (make build does), or install the Debian package"
 	case err != nil:
 		c.Status, c.Detail, c.Fix = Fail, err.Error(), "reinstall the profile (the package's /usr/share/jaild/seccomp/default.json)"
 	default:
 		c.Status = OK
-		c.Detail = fmt.Sprintf("kernel actions: %s; profile %s: default action %s, %d rules", actions, o.SeccompProfile, prof.DefaultAction, len(prof.Syscalls))
+		c.Detail = fmt.Sprintf("kernel actions: %s; profile %s: default action %s, %d rules", actions, o.SeccompProfile, prof.DefaultAction, prof.Rules)
 	}
 	return c
 }
 
-func (o Options) nftables() Check {
-	c := Check{Name: "nftables (egress)"}
-	if o.Nftables == nil {
-		c.Status, c.Detail = Skip, "not asked"
+func (o Options) nftables(served *api.Info) Check {
+	c := Check{Name: CheckNftables}
+	switch {
+	case o.Nftables != nil:
+	case served != nil && !served.Network.Available:
+		c.Status, c.Detail = Skip, "the daemon has egress disabled: nothing uses nf_tables"
 		return c
+	default:
+		return o.unchecked(c, "nf_tables is not asked here")
 	}
 	switch err := o.Nftables(); {
 	case err == nil:
 		c.Status, c.Detail = OK, "nf_tables answers"
 	case errors.Is(err, os.ErrPermission):
-		c.Status, c.Detail = Skip, "only root can ask nf_tables (run jailctl doctor as root)"
+		c.Status, c.Detail = Skip, "only root can ask nf_tables (run jaild doctor as root)"
 	default:
 		c.Status, c.Detail = Warn, "nf_tables does not answer ("+err.Error()+"): runs asking for egress will fail; loopback-only runs do not need it"
 		c.Fix = "modprobe nf_tables (a kernel with CONFIG_NF_TABLES), or leave [network] disabled"
@@ -355,8 +479,18 @@ func (o Options) nftables() Check {
 	return c
 }
 
-func (o Options) image() Check {
+func (o Options) image(served *api.Info) Check {
 	c := Check{Name: "rootfs image"}
+	if served != nil {
+		im := api.ImageInfo{Name: served.Rootfs.Name, ImageDigest: served.Rootfs.ImageDigest, PythonVersion: served.Rootfs.PythonVersion}
+		for _, i := range served.Images {
+			if i.Default {
+				im = i
+			}
+		}
+		c.Status, c.Detail = OK, servedDetail(im)
+		return c
+	}
 	if o.Image == "" {
 		c.Status, c.Detail = Skip, "no image configured"
 		return c
@@ -374,8 +508,16 @@ func (o Options) image() Check {
 
 // images checks each other image served: verified, and named as its
 // table.
-func (o Options) images() []Check {
+func (o Options) images(served *api.Info) []Check {
 	var out []Check
+	if served != nil {
+		for _, im := range served.Images {
+			if !im.Default {
+				out = append(out, Check{Name: "image " + im.Name, Status: OK, Detail: servedDetail(im)})
+			}
+		}
+		return out
+	}
 	for _, name := range slices.Sorted(maps.Keys(o.Images)) {
 		dir := o.Images[name]
 		c := Check{Name: "image " + name}
@@ -431,13 +573,17 @@ func (o Options) socket() Check {
 	return c
 }
 
-func (o Options) daemon(ctx context.Context) Check {
+// servedDetail describes an image the daemon serves.
+func servedDetail(im api.ImageInfo) string {
+	return fmt.Sprintf("the daemon serves %s: %s, Python %s, digest verified at its start", im.Name, im.ImageDigest, im.PythonVersion)
+}
+
+func (o Options) daemon(info *api.Info, err error) Check {
 	c := Check{Name: "daemon"}
 	if o.Daemon == nil {
 		c.Status, c.Detail = Skip, "not asked"
 		return c
 	}
-	info, err := o.Daemon(ctx)
 	if err != nil {
 		c.Status, c.Detail = Fail, "no answer on "+o.Socket+": "+err.Error()
 		c.Fix = "systemctl status jaild.service; journalctl -u jaild.service (a caller must be root or in the socket's group)"

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -172,22 +173,22 @@ func TestImage(t *testing.T) {
 		ImageSizeBytes: int64(len(data)), PythonVersion: "3.13.5", Runner: "/opt/jaild/runner.py", Init: "/opt/jaild/init"})
 	os.WriteFile(filepath.Join(dir, rootfs.ManifestFile), m, 0o644)
 	os.WriteFile(filepath.Join(dir, rootfs.ImageFile), data, 0o644)
-	if c := (Options{Image: dir}).image(); c.Status != OK || !strings.Contains(c.Detail, "digest verified") {
+	if c := (Options{Image: dir}).image(nil); c.Status != OK || !strings.Contains(c.Detail, "digest verified") {
 		t.Errorf("good image: %+v", c)
 	}
 	data[0] ^= 1
 	os.WriteFile(filepath.Join(dir, rootfs.ImageFile), data, 0o644)
-	if c := (Options{Image: dir}).image(); c.Status != Fail || !strings.Contains(c.Detail, "does not match") || c.Fix == "" {
+	if c := (Options{Image: dir}).image(nil); c.Status != Fail || !strings.Contains(c.Detail, "does not match") || c.Fix == "" {
 		t.Errorf("corrupt image: %+v", c)
 	}
-	if c := (Options{Image: t.TempDir()}).image(); c.Status != Fail {
+	if c := (Options{Image: t.TempDir()}).image(nil); c.Status != Fail {
 		t.Errorf("empty directory: %+v", c)
 	}
 
 	// The other images: verified, and named as their tables.
 	data[0] ^= 1
 	os.WriteFile(filepath.Join(dir, rootfs.ImageFile), data, 0o644)
-	checks := (Options{Images: map[string]string{"python": dir, "small": dir, "gone": t.TempDir()}}).images()
+	checks := (Options{Images: map[string]string{"python": dir, "small": dir, "gone": t.TempDir()}}).images(nil)
 	if len(checks) != 3 {
 		t.Fatalf("%d checks for 3 images: %+v", len(checks), checks)
 	}
@@ -240,5 +241,103 @@ func TestRunReport(t *testing.T) {
 	o.Daemon = func(context.Context) (*api.Info, error) { return nil, errors.New("connection refused") }
 	if c := Run(context.Background(), o).Checks[9]; c.Status != Fail || c.Fix == "" {
 		t.Errorf("daemon down: %+v", c)
+	}
+}
+
+// A daemon that answers is what is checked: its images and profile, not
+// the configuration's files (here none exist).
+func TestServedByDaemon(t *testing.T) {
+	root := host(t, map[string]string{"/proc/self/status": "Name:\tx\nSeccomp:\t0\n", "/proc/sys/kernel/seccomp/actions_avail": "kill_process errno allow"})
+	info := &api.Info{
+		Seccomp: api.SeccompInfo{Profile: "/srv/default.json", DefaultAction: "SCMP_ACT_ERRNO", Rules: 42},
+		Images: []api.ImageInfo{
+			{Name: "python", Default: true, ImageDigest: "sha256:aaa", PythonVersion: "3.13.5"},
+			{Name: "small", ImageDigest: "sha256:bbb", PythonVersion: "3.13.5"},
+		},
+	}
+	o := Options{Root: root, Image: "/nonexistent/image", Images: map[string]string{"gone": "/nonexistent/gone"},
+		SeccompProfile: "/nonexistent/profile.json", Socket: filepath.Join(root, "none.sock"), Elsewhere: "run jaild doctor as root",
+		Daemon: func(context.Context) (*api.Info, error) { return info, nil }}
+	byName := map[string]Check{}
+	for _, c := range Run(context.Background(), o).Checks {
+		byName[c.Name] = c
+	}
+	for name, want := range map[string]string{
+		"rootfs image": "the daemon serves python: sha256:aaa",
+		"image small":  "the daemon serves small: sha256:bbb",
+		CheckSeccomp:   "the daemon's profile /srv/default.json, loaded at its start: default action SCMP_ACT_ERRNO, 42 rules",
+		CheckNftables:  "egress disabled",
+		"daemon":       "answers",
+	} {
+		if c := byName[name]; c.Status != OK && c.Status != Skip || !strings.Contains(c.Detail, want) {
+			t.Errorf("%s: %+v; want ok (or skip) and %q", name, c, want)
+		}
+	}
+	if c, ok := byName["image gone"]; ok {
+		t.Errorf("a configured image the daemon does not serve was checked: %+v", c)
+	}
+	// With egress on, nf_tables is not asked here: a warning naming where.
+	info.Network.Available = true
+	if c := Run(context.Background(), o).Checks[6]; c.Name != CheckNftables || c.Status != Warn || c.Fix != o.Elsewhere {
+		t.Errorf("nftables with egress on: %+v", c)
+	}
+}
+
+// The profile is loaded by Options.Seccomp when there is one (jaild's);
+// without one and with no daemon, the check warns with Elsewhere's fix.
+func TestSeccompProbe(t *testing.T) {
+	root := host(t, map[string]string{"/proc/self/status": "Name:\tx\nSeccomp:\t0\n"})
+	o := Options{Root: root, SeccompProfile: "/p.json"}
+	for _, tc := range []struct {
+		probe     func(string) (api.SeccompInfo, error)
+		elsewhere string
+		status    Status
+		detail    string
+	}{
+		{func(string) (api.SeccompInfo, error) {
+			return api.SeccompInfo{DefaultAction: "SCMP_ACT_ERRNO", Rules: 7}, nil
+		}, "", OK, "profile /p.json: default action SCMP_ACT_ERRNO, 7 rules"},
+		{func(string) (api.SeccompInfo, error) {
+			return api.SeccompInfo{}, fmt.Errorf("load: %w", ErrNoSeccompSupport)
+		}, "", Fail, "no seccomp support"},
+		{func(string) (api.SeccompInfo, error) {
+			return api.SeccompInfo{}, errors.New("seccomp profile: no such file")
+		}, "", Fail, "no such file"},
+		{nil, "run jaild doctor as root", Warn, "the profile /p.json is not loaded here"},
+		{nil, "", Skip, "not asked"},
+	} {
+		o.Seccomp, o.Elsewhere = tc.probe, tc.elsewhere
+		if c := o.seccomp(nil); c.Status != tc.status || !strings.Contains(c.Detail, tc.detail) || (c.Status == Warn || c.Status == Fail) && c.Fix == "" {
+			t.Errorf("got %+v; want %s and %q", c, tc.status, tc.detail)
+		}
+	}
+}
+
+func TestReplaceAndText(t *testing.T) {
+	mine := newReport([]Check{{Name: "kernel", Status: OK}, {Name: CheckSeccomp, Status: Warn, Fix: "run jaild doctor"}, {Name: CheckNftables, Status: Warn, Fix: "x"}})
+	jaild := newReport([]Check{{Name: "kernel", Status: Fail}, {Name: CheckSeccomp, Status: Fail, Detail: "bad profile", Fix: "reinstall"}})
+	r := mine.Replace(jaild, CheckSeccomp, CheckNftables)
+	if r.OK || r.Checks[0].Status != OK || r.Checks[1].Detail != "bad profile" || r.Checks[2].Status != Warn {
+		t.Errorf("replaced: %+v", r)
+	}
+	var b strings.Builder
+	r.WriteText(&b)
+	for _, want := range []string{"OK    kernel", "FAIL  seccomp", "fix: reinstall", "cannot run here"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "jaild.toml")
+	os.WriteFile(cfg, []byte("image = \"/srv/image\"\nsocket = \"/srv/jaild.sock\"\n[images.small]\ndir = \"/srv/small\"\n"), 0o644)
+	o, err := Configure(cfg, "", "/flag/profile.json", "")
+	if err != nil || o.Image != "/srv/image" || o.Socket != "/srv/jaild.sock" || o.SeccompProfile != "/flag/profile.json" || o.Images["small"] != "/srv/small" {
+		t.Errorf("%+v %v", o, err)
+	}
+	os.WriteFile(cfg, []byte("image = ["), 0o644)
+	if o, err := Configure(cfg, "", "", "/flag.sock"); err == nil || o.Socket != "/flag.sock" || o.Image == "" {
+		t.Errorf("a bad file: %+v %v; want the error and the defaults", o, err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -34,10 +34,9 @@ REPL; 2 for usage errors and errors from the daemon.`
 
 func runRepl(e *env, args []string) int {
 	fs := e.flagSet("repl")
-	var sf sessionFlags
-	sf.register(fs)
+	var sf runFlags
+	sf.register(fs, forRepl)
 	attach := fs.String("session", "", "run in the existing session `ID` and leave it at exit (exclusive with the session flags)")
-	outDir := fs.String("out-dir", ".", "write figures beneath `DIR`, creating it")
 	daemon := targetFlags(fs)
 	if _, rc, ok := e.parse(fs, args, 0); !ok {
 		return rc
@@ -49,9 +48,9 @@ func runRepl(e *env, args []string) int {
 	if !ok {
 		return rc
 	}
-	r := &repl{e: e, c: c, id: *attach, outDir: *outDir, tty: isTerminal(e.stdin)}
+	r := &repl{e: e, c: c, id: *attach, outDir: sf.outDir, tty: isTerminal(e.stdin)}
 	if r.id == "" {
-		req, cleanup, err := sf.request(e, c)
+		req, cleanup, err := sf.sessionRequest(e, c)
 		if err != nil {
 			return e.daemonError(err)
 		}

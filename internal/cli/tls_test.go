@@ -1,12 +1,10 @@
-package main
+package cli
 
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -19,19 +17,19 @@ import (
 	"github.com/jaild/jaild/internal/tlsauth/tlsauthtest"
 )
 
-// tlsFake is a daemon's TLS listener as jaild's (tlsauth's configuration:
-// TLS 1.3, client certificates of its client CA that match the client
-// agent-a), serving canned replies and recording "METHOD /path CLIENT-CN"
-// of each request.
+// tlsFake is servertest's daemon on a TLS listener as jaild's (tlsauth's
+// configuration: TLS 1.3, client certificates of its client CA that match
+// the client agent-a), recording "METHOD /path CLIENT-CN" of each request
+// there; sock is the same daemon's socket.
 type tlsFake struct {
-	url                  string
+	url, sock            string
 	cert, key, ca        string // agent-a's certificate and key, and the daemon's CA
 	strangerCert, strKey string // a certificate of the client CA that no client matches
 	mu                   sync.Mutex
 	seen                 []string
 }
 
-func newTLSFake(t *testing.T, replies map[string]string) *tlsFake {
+func newTLSFake(t *testing.T) *tlsFake {
 	t.Helper()
 	dir := t.TempDir()
 	serverCA, clientCA := tlsauthtest.NewCA(t, "server CA"), tlsauthtest.NewCA(t, "client CA")
@@ -46,29 +44,18 @@ func newTLSFake(t *testing.T, replies map[string]string) *tlsFake {
 	f := &tlsFake{ca: serverCA.Write(t, dir, "ca.crt")}
 	f.cert, f.key = clientCA.Client(t, "agent-a").Write(t, dir, "agent-a")
 	f.strangerCert, f.strKey = clientCA.Client(t, "stranger").Write(t, dir, "stranger")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			route := r.Method + " " + r.URL.Path
+	h := newDaemon(t, func(c *config.Config) { *c = cfg })
+	f.sock = h.Socket
+	f.url = "https://" + h.ServeTLS(t, tlsauth.New(st), func(hs *http.Server) {
+		next := hs.Handler
+		hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			f.mu.Lock()
-			f.seen = append(f.seen, route+" "+r.TLS.PeerCertificates[0].Subject.CommonName)
+			f.seen = append(f.seen, r.Method+" "+r.URL.Path+" "+r.TLS.PeerCertificates[0].Subject.CommonName)
 			f.mu.Unlock()
-			w.Header().Set("Content-Type", "application/json")
-			body, ok := replies[route]
-			if !ok {
-				w.WriteHeader(http.StatusNotFound)
-				body = `{"error":{"type":"not_found","message":"no route ` + route + `"}}`
-			}
-			io.WriteString(w, body)
-		}),
-		ErrorLog: log.New(io.Discard, "", 0), // refused handshakes are some tests' point
-	}
-	go func() { _ = srv.Serve(tls.NewListener(ln, tlsauth.New(st).TLSConfig())) }()
-	t.Cleanup(func() { srv.Close() })
-	f.url = "https://" + ln.Addr().String()
+			next.ServeHTTP(w, r)
+		})
+		hs.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are some tests' point
+	})
 	return f
 }
 
@@ -93,11 +80,7 @@ func clearTargetEnv(t *testing.T) {
 // listener as the client of the certificate; flags win over the
 // environment, a command's over jailctl's.
 func TestTLSTarget(t *testing.T) {
-	f := newTLSFake(t, map[string]string{
-		"GET /v1/health": `{"status":"ok"}`,
-		"GET /v1/info":   `{"version":"v-tls","api":"v1","caller":{"uid":3008633872,"client":"agent-a","admin":false,"network":false,"quota_remaining":null}}`,
-	})
-	sock := newFakeDaemon(t, map[string]reply{"GET /v1/health": {body: `{"status":"ok"}`}})
+	f := newTLSFake(t)
 	flags := []string{"--host", f.url, "--cert", f.cert, "--key", f.key, "--ca", f.ca}
 	env := func(t *testing.T) {
 		t.Setenv("JAILD_HOST", f.url)
@@ -113,8 +96,8 @@ func TestTLSTarget(t *testing.T) {
 		stdout string
 	}{
 		{name: "command flags", args: append([]string{"health"}, flags...), seen: "GET /v1/health agent-a", stdout: "ok\n"},
-		{name: "jailctl's flags", args: append(slices.Clone(flags), "info", "--json"), seen: "GET /v1/info agent-a", stdout: "v-tls"},
-		{name: "info names the client", args: append(slices.Clone(flags), "info"), seen: "GET /v1/info agent-a", stdout: `client "agent-a" (uid 3008633872), quota unlimited`},
+		{name: "jailctl's flags", args: append(slices.Clone(flags), "info", "--json"), seen: "GET /v1/info agent-a", stdout: `"client":"agent-a"`},
+		{name: "info names the client", args: append(slices.Clone(flags), "info"), seen: "GET /v1/info agent-a", stdout: `client "agent-a" (uid `},
 		{name: "environment", env: env, args: []string{"health"}, seen: "GET /v1/health agent-a", stdout: "ok\n"},
 		{name: "flags over the environment", env: func(t *testing.T) {
 			t.Setenv("JAILD_HOST", "https://127.0.0.1:1")
@@ -128,7 +111,7 @@ func TestTLSTarget(t *testing.T) {
 		}, args: []string{"health", "--host", f.url, "--cert", f.cert}, seen: "GET /v1/health agent-a", stdout: "ok\n"},
 		{name: "a command's flag over jailctl's", args: []string{"--host", "https://127.0.0.1:1", "--cert", f.strangerCert, "--key", f.strKey, "--ca", f.ca,
 			"health", "--host", f.url, "--cert", f.cert, "--key", f.key}, seen: "GET /v1/health agent-a", stdout: "ok\n"},
-		{name: "--socket over JAILD_HOST", env: env, args: []string{"health", "--socket", sock.sock}, stdout: "ok\n"},
+		{name: "--socket over JAILD_HOST", env: env, args: []string{"health", "--socket", f.sock}, stdout: "ok\n"},
 		{name: "--host over JAILD_SOCKET", env: func(t *testing.T) { t.Setenv("JAILD_SOCKET", "/nonexistent/jaild.sock") },
 			args: append([]string{"health"}, flags...), seen: "GET /v1/health agent-a", stdout: "ok\n"},
 	}
@@ -158,10 +141,7 @@ func TestTLSTarget(t *testing.T) {
 // client, so --host takes them to the TLS listener too.
 func TestTLSTargetMCPAndWeb(t *testing.T) {
 	clearTargetEnv(t)
-	f := newTLSFake(t, map[string]string{
-		"GET /v1/health": `{"status":"ok"}`,
-		"GET /v1/info":   `{"version":"v-tls","api":"v1","rootfs":{"python_version":"3.13.5"},"maxima":{"timeout_ms":60000}}`,
-	})
+	f := newTLSFake(t)
 	flags := []string{"--host", f.url, "--cert", f.cert, "--key", f.key, "--ca", f.ca}
 
 	// mcp asks for /v1/info at its start; stdin at its end stops it.
@@ -180,7 +160,7 @@ func TestTLSTargetMCPAndWeb(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr strings.Builder
 	go func() {
-		done <- run(ctx, append([]string{"web", "--http", "127.0.0.1:0"}, flags...), strings.NewReader(""), outW, &stderr)
+		done <- Main(ctx, append([]string{"web", "--http", "127.0.0.1:0"}, flags...), strings.NewReader(""), outW, &stderr)
 		outW.Close()
 	}()
 	if _, err := bufio.NewReader(outR).ReadString('\n'); err != nil {
@@ -200,7 +180,7 @@ func TestTLSTargetMCPAndWeb(t *testing.T) {
 // are usage errors naming the flags and variables at fault; a file that
 // does not load and a refused certificate are errors naming them.
 func TestTLSTargetErrors(t *testing.T) {
-	f := newTLSFake(t, map[string]string{"GET /v1/health": `{"status":"ok"}`})
+	f := newTLSFake(t)
 	missing := filepath.Join(t.TempDir(), "missing.crt")
 	tests := []struct {
 		name string

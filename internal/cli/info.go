@@ -1,7 +1,6 @@
-package main
+package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,27 +11,13 @@ import (
 )
 
 func runInfo(e *env, args []string) int {
-	fs := e.flagSet("info")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	if _, rc, ok := e.parse(fs, args, 0); !ok {
-		return rc
-	}
-	c, rc, ok := e.client(daemon)
+	a, rc, ok := e.ask("info", jsonUsage, nil, args, 0, 0)
 	if !ok {
 		return rc
 	}
-	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/info", nil)
-	if err != nil {
-		return e.daemonError(err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
-	}
 	var info api.Info
-	if err := json.Unmarshal(raw, &info); err != nil {
-		return e.errorf("malformed response: %v", err)
+	if rc, ok := e.fetch(a.c, http.MethodGet, "/v1/info", nil, &info, a.json); !ok || a.json {
+		return rc
 	}
 	writeInfo(e, &info)
 	return exitOK
@@ -100,27 +85,15 @@ func byteSize(n int64) string {
 }
 
 func runHealth(e *env, args []string) int {
-	fs := e.flagSet("health")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	if _, rc, ok := e.parse(fs, args, 0); !ok {
-		return rc
-	}
-	c, rc, ok := e.client(daemon)
+	a, rc, ok := e.ask("health", jsonUsage, nil, args, 0, 0)
 	if !ok {
 		return rc
 	}
-	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/health", nil)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	var h api.Health
-	if err := json.Unmarshal(raw, &h); err != nil {
-		return e.errorf("malformed response: %v", err)
+	if rc, ok := e.fetch(a.c, http.MethodGet, "/v1/health", nil, &h, a.json); !ok {
+		return rc
 	}
-	if *jsonOut {
-		e.printJSON(raw)
-	} else {
+	if !a.json {
 		fmt.Fprintf(e.stdout, "%s\n", h.Status)
 	}
 	if h.Status != api.StatusOK {

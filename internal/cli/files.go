@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -260,22 +260,15 @@ func humanSize(n int64) string {
 }
 
 func runFilesShow(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("files show")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	a, rc, ok := e.ask("files show", jsonUsage, sc, args, 1, 1)
 	if !ok {
 		return rc
 	}
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
-	f, err := c.FileMeta(e.ctx, pos[0])
+	f, err := a.c.FileMeta(e.ctx, a.pos[0])
 	if err != nil {
 		return e.daemonError(err)
 	}
-	if *jsonOut {
+	if a.json {
 		b, _ := json.Marshal(f)
 		e.printJSON(b)
 		return exitOK

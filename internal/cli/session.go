@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -134,121 +132,12 @@ func (e *env) parseSub(fs *flag.FlagSet, sc *subcommand, args []string, minPos, 
 	return pos, 0, true
 }
 
-// sessionFlags are the flags that create a session: "session new" and
-// "repl" share them.
-type sessionFlags struct {
-	limits     api.Limits
-	idle, ttl  *int64
-	env        map[string]string
-	network    string
-	allowHosts []string
-	files      []fileSpec
-	image      string
-	n          int // how many were given
-}
-
-func (f *sessionFlags) register(fs *flag.FlagSet) {
-	f.env = map[string]string{}
-	count := func(set func(string) error) func(string) error {
-		return func(s string) error { f.n++; return set(s) }
-	}
-	positive := func(dst **int64, unit string) func(string) error {
-		return count(func(s string) error {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n <= 0 {
-				return fmt.Errorf("want a positive number of %s", unit)
-			}
-			*dst = &n
-			return nil
-		})
-	}
-	seconds := func(dst **int64) func(string) error {
-		return count(func(s string) error {
-			ms, err := parseTimeout(s)
-			if err != nil {
-				return err
-			}
-			secs := (ms + 999) / 1000
-			*dst = &secs
-			return nil
-		})
-	}
-	fs.Func("memory-mb", "memory limit of the session's jail in `MB` (default: the daemon's)", positive(&f.limits.MemoryMB, "MB"))
-	fs.Func("pids", "process limit of the session's jail, a `NUMBER` (default: the daemon's)", positive(&f.limits.Pids, "processes"))
-	fs.Func("file-size-mb", "largest file the session may write, in `MB` (default: the daemon's)", positive(&f.limits.FileSizeMB, "MB"))
-	fs.Func("timeout-ms", "each call's wall-clock limit in `MS` unless the call sets its own (default: the daemon's)", positive(&f.limits.TimeoutMs, "milliseconds"))
-	fs.Func("output-bytes", "each call's output limit in `BYTES` unless the call sets its own (default: the daemon's)", positive(&f.limits.OutputBytes, "bytes"))
-	fs.Func("idle-timeout", "end the session once it has been idle for `DURATION`, such as 10m (default: the daemon's)", seconds(&f.idle))
-	fs.Func("ttl", "end the session `DURATION` after it starts, busy or not (default: the daemon's)", seconds(&f.ttl))
-	fs.Func("env", "set `NAME=VALUE` in the session's environment; repeatable", count(envFlag(f.env)))
-	fs.Func("network", "`MODE`: none (loopback only, the default) or internet (egress, if the daemon allows it)", count(func(s string) error {
-		f.network = s
-		return nil
-	}))
-	fs.Func("allow-host", "with --network internet, allow only `HOST` (example.com, *.example.com, 198.51.100.0/24, each with an optional :PORT); repeatable", count(func(s string) error {
-		f.allowHosts = append(f.allowHosts, s)
-		return nil
-	}))
-	fs.Func("file", "upload `LOCAL[:PATH]` into the session's workspace at PATH (default: LOCAL's base name); repeatable", count(fileFlag(&f.files)))
-	fs.Func("image", "run the session in the image `NAME` (\"jailctl images\" lists them; default: the daemon's default image)", count(func(s string) error {
-		f.image = s
-		return nil
-	}))
-}
-
-// request builds the create request, staging the --file uploads as
-// stageFiles does: the caller runs cleanup once the session is created
-// (or not).
-func (f *sessionFlags) request(e *env, c *client.Client) (_ *api.SessionCreateRequest, cleanup func(), _ error) {
-	req := &api.SessionCreateRequest{IdleTimeoutS: f.idle, TTLS: f.ttl, Network: f.network, AllowHosts: f.allowHosts, Image: f.image}
-	if len(f.allowHosts) > 0 && req.Network == "" {
-		req.Network = api.NetworkInternet // --allow-host means egress
-	}
-	if f.limits != (api.Limits{}) {
-		l := f.limits
-		req.Limits = &l
-	}
-	if len(f.env) > 0 {
-		req.Env = f.env
-	}
-	files, cleanup, err := e.stageFiles(c, f.files)
-	req.Files = files
-	return req, cleanup, err
-}
-
-// envFlag parses a repeatable --env NAME=VALUE into m.
-func envFlag(m map[string]string) func(string) error {
-	return func(s string) error {
-		name, value, ok := strings.Cut(s, "=")
-		if !ok || name == "" {
-			return errors.New("want NAME=VALUE")
-		}
-		m[name] = value
-		return nil
-	}
-}
-
-// fileFlag parses a repeatable --file LOCAL[:PATH] into files.
-func fileFlag(files *[]fileSpec) func(string) error {
-	return func(s string) error {
-		local, path, cut := strings.Cut(s, ":")
-		if !cut {
-			path = filepath.Base(local)
-		}
-		if local == "" || path == "" {
-			return errors.New("want LOCAL[:PATH]")
-		}
-		*files = append(*files, fileSpec{local, path})
-		return nil
-	}
-}
-
 func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
 
 func runSessionNew(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("session new")
-	var sf sessionFlags
-	sf.register(fs)
+	var sf runFlags
+	sf.register(fs, forSession)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON (the whole session) instead of the ID")
 	daemon := targetFlags(fs)
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
@@ -258,7 +147,7 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 	if !ok {
 		return rc
 	}
-	req, cleanup, err := sf.request(e, c)
+	req, cleanup, err := sf.sessionRequest(e, c)
 	if err != nil {
 		return e.daemonError(err)
 	}
@@ -281,71 +170,27 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 
 func runSessionExec(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("session exec")
-	code := fs.String("c", "", "run `CODE` instead of a file")
-	stdinFile := fs.String("stdin-file", "", "send the content of `PATH` as the call's stdin (- for jailctl's stdin)")
-	var limits api.Limits
-	fs.Func("timeout-ms", "wall-clock limit of this call in `MS` (default: the session's)", func(s string) error {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return errors.New("want a positive number of milliseconds")
-		}
-		limits.TimeoutMs = &n
-		return nil
-	})
-	fs.Func("output-bytes", "output limit of this call in `BYTES` (default: the session's)", func(s string) error {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return errors.New("want a positive number of bytes")
-		}
-		limits.OutputBytes = &n
-		return nil
-	})
-	var files []fileSpec
-	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name) before the call; repeatable", fileFlag(&files))
-	var get []string
-	fs.Func("get", "return the workspace files matching `PATTERN` (*, ?, [..] and **); repeatable", func(s string) error {
-		get = append(get, s)
-		return nil
-	})
-	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
-	toStore := fs.Bool("return-to-store", false, "keep the returned files in the daemon's file store and print their IDs instead of writing them")
-	interactive := fs.Bool("interactive", true, "print the value of a final expression, as the Python REPL does")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
+	var f runFlags
+	f.register(fs, forCall)
 	daemon := targetFlags(fs)
-
 	pos, rc, ok := e.parseSub(fs, sc, args, 1, 2)
 	if !ok {
 		return rc
 	}
 	id := pos[0]
-	codeSet := false
-	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
-
-	req := &api.SessionExecuteRequest{ReturnFiles: get, LastLineInteractive: interactive}
-	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("session exec", codeSet, *code, pos[1:], *stdinFile); !ok {
+	req := &api.SessionExecuteRequest{ReturnFiles: f.get, LastLineInteractive: &f.interactive, Limits: f.limitsPtr(), ReturnFilesAs: f.returnAs()}
+	if req.Code, req.Stdin, rc, ok = f.readCode(e, "session exec", pos[1:]); !ok {
 		return rc
 	}
-	if limits != (api.Limits{}) {
-		req.Limits = &limits
-	}
-	if *toStore {
-		req.ReturnFilesAs = api.ReturnStore
-	}
-
-	c, rc, ok := e.client(daemon)
+	c, cleanup, rc, ok := e.dial(daemon, &f, &req.Files)
 	if !ok {
 		return rc
 	}
-	in, cleanup, err := e.stageFiles(c, files)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	defer cleanup()
-	req.Files = in
 	sig := make(chan os.Signal, 4)
 	stop := notifySignals(sig)
 	defer stop()
-	res := e.sessionCall(c, sig, id, req, !*jsonOut)
+	res := e.sessionCall(c, sig, id, req, !f.json)
 	switch {
 	case res.abandoned != nil:
 		return signalStatus(res.abandoned)
@@ -353,11 +198,11 @@ func runSessionExec(e *env, sc *subcommand, args []string) int {
 		return e.sessionError(c, id, res.err)
 	}
 	var status int
-	if *jsonOut {
+	if f.json {
 		e.printJSON(res.raw)
 		status = exitCode(&res.resp.ExecuteResponse)
 	} else {
-		status = e.reportSession(res.resp, *outDir)
+		status = e.reportSession(res.resp, f.outDir)
 	}
 	if res.interrupted && status != exitOK {
 		status = exitInterrupted
@@ -638,27 +483,13 @@ func runSessionList(e *env, sc *subcommand, args []string) int {
 // runList is an `ls` subcommand: GET path, printed as the daemon's JSON
 // with --json, else as table prints it.
 func runList[L any](e *env, sc *subcommand, args []string, name, path string, table func(io.Writer, L, time.Time)) int {
-	fs := e.flagSet(name)
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
-		return rc
-	}
-	c, rc, ok := e.client(daemon)
+	a, rc, ok := e.ask(name, jsonUsage, sc, args, 0, 0)
 	if !ok {
 		return rc
 	}
-	raw, err := c.Do(e.ctx, http.MethodGet, path, nil)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	var list L
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
+	if rc, ok := e.fetch(a.c, http.MethodGet, path, nil, &list, a.json); !ok || a.json {
+		return rc
 	}
 	table(e.stdout, list, time.Now())
 	return exitOK
@@ -730,28 +561,13 @@ func shortDuration(d time.Duration) string {
 }
 
 func runSessionShow(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session show")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	a, rc, ok := e.ask("session show", jsonUsage, sc, args, 1, 1)
 	if !ok {
 		return rc
-	}
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
-	raw, err := c.Do(e.ctx, http.MethodGet, sessionPath(pos[0]), nil)
-	if err != nil {
-		return e.daemonError(err)
 	}
 	var s api.Session
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
-		return exitOK
+	if rc, ok := e.fetch(a.c, http.MethodGet, sessionPath(a.pos[0]), nil, &s, a.json); !ok || a.json {
+		return rc
 	}
 	writeSession(e.stdout, &s, time.Now())
 	return exitOK
@@ -790,31 +606,17 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 }
 
 func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
-	fs := e.flagSet("session interrupt")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
-	daemon := targetFlags(fs)
-	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	a, rc, ok := e.ask("session interrupt", jsonUsage, sc, args, 1, 1)
 	if !ok {
 		return rc
-	}
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
-	raw, err := c.Do(e.ctx, http.MethodPost, sessionPath(pos[0])+"/interrupt", struct{}{})
-	if err != nil {
-		return e.daemonError(err)
 	}
 	var resp api.SessionInterruptResponse
-	if err := json.Unmarshal(raw, &resp); err != nil {
-		return e.errorf("malformed response: %v", err)
-	}
-	if *jsonOut {
-		e.printJSON(raw)
+	if rc, ok := e.fetch(a.c, http.MethodPost, sessionPath(a.pos[0])+"/interrupt", struct{}{}, &resp, a.json); !ok {
+		return rc
 	}
 	if !resp.Interrupted {
-		if !*jsonOut {
-			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(pos[0]))
+		if !a.json {
+			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(a.pos[0]))
 		}
 		return exitFail
 	}

@@ -1,12 +1,13 @@
-package main
+package cli
 
 import (
-	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/client"
 )
 
 const lintHelp = `Prints one line per finding, "FILE:LINE:COL: CODE message", with FILE as
@@ -32,43 +33,19 @@ func runLint(e *env, args []string) int {
 	var sel, ignore codesFlag
 	fs.Var(&sel, "select", "enable only the rules `CODES` (comma-separated; repeatable)")
 	fs.Var(&ignore, "ignore", "disable the rules `CODES` (comma-separated; repeatable)")
-	image := imageFlag(fs, ruffImageUsage)
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
+	var f runFlags
+	f.register(fs, forRuff)
 	daemon := targetFlags(fs)
-	pos, rc, ok := e.parse(fs, args, 1)
+	code, display, c, rc, ok := e.ruffInput(fs, daemon, args, nil)
 	if !ok {
 		return rc
 	}
-	src := ""
-	if len(pos) == 1 {
-		src = pos[0]
-	}
-	code, display, err := e.readSource(src)
-	if err != nil {
-		return e.errorf("%v", err)
-	}
-	req := &api.LintRequest{Code: code, Select: sel, Ignore: ignore, Image: *image}
-
-	c, rc, ok := e.client(daemon)
-	if !ok {
-		return rc
-	}
+	req := &api.LintRequest{Code: code, Select: sel, Ignore: ignore, Image: f.image}
 	var resp api.LintResponse
-	if *jsonOut {
-		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/lint", req)
-		if err != nil {
-			return e.daemonError(err)
-		}
-		if err := json.Unmarshal(raw, &resp); err != nil {
-			return e.errorf("malformed response: %v", err)
-		}
-		e.printJSON(raw)
-	} else {
-		r, err := c.Lint(e.ctx, req)
-		if err != nil {
-			return e.daemonError(err)
-		}
-		resp = *r
+	if rc, ok := e.fetch(c, http.MethodPost, "/v1/lint", req, &resp, f.json); !ok {
+		return rc
+	}
+	if !f.json {
 		for _, d := range resp.Diagnostics {
 			fmt.Fprintf(e.stdout, "%s:%d:%d: %s %s\n", display, d.Location.Line, d.Location.Column, d.Code, d.Message)
 		}
@@ -77,4 +54,29 @@ func runLint(e *env, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// ruffInput parses lint's or format's args, checks the source named
+// (FILE, or stdin: "" or "-") with check if any, reads the code and makes
+// the client. display names the code's source.
+func (e *env) ruffInput(fs *flag.FlagSet, daemon *target, args []string, check func(src string) (int, bool)) (code, display string, c *client.Client, rc int, ok bool) {
+	pos, rc, ok := e.parse(fs, args, 1)
+	if !ok {
+		return "", "", nil, rc, false
+	}
+	src := ""
+	if len(pos) == 1 {
+		src = pos[0]
+	}
+	if check != nil {
+		if rc, ok := check(src); !ok {
+			return "", "", nil, rc, false
+		}
+	}
+	code, display, err := e.readSource(src)
+	if err != nil {
+		return "", "", nil, e.errorf("%v", err), false
+	}
+	c, rc, ok = e.client(daemon)
+	return code, display, c, rc, ok
 }

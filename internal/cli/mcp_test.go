@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -8,21 +8,18 @@ import (
 	"io"
 	"strings"
 	"testing"
-
-	"github.com/jaild/jaild/internal/api"
 )
 
 // TestMCPStdioWiring serves MCP on run's stdin and stdout, as a client
 // that keeps stdin open until it has its answers, then closes it.
 func TestMCPStdioWiring(t *testing.T) {
-	info, _ := json.Marshal(api.Info{Rootfs: api.RootfsInfo{PythonVersion: "3.13.5"}, Maxima: api.LimitValues{TimeoutMs: 60000}})
-	d := newFakeDaemon(t, map[string]reply{"GET /v1/info": {body: string(info)}})
+	h := newDaemon(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(context.Background(), []string{"--socket", d.sock, "mcp"}, inR, outW, &stderr)
+		done <- Main(context.Background(), []string{"--socket", h.Socket, "mcp"}, inR, outW, &stderr)
 		outW.Close()
 	}()
 	go io.WriteString(inW, strings.Join([]string{
@@ -50,7 +47,7 @@ func TestMCPStdioWiring(t *testing.T) {
 			break
 		}
 	}
-	if strings.Join(tools, ",") != "format_python,lint_python,run_python" {
+	if strings.Join(tools, ",") != "close_session,format_python,lint_python,list_sessions,open_session,run_python" {
 		t.Errorf("tools/list answered %v", tools)
 	}
 	inW.Close()

@@ -1,7 +1,6 @@
-package main
+package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,54 +15,28 @@ exits 1 if formatting would change it.`
 
 func runFormat(e *env, args []string) int {
 	fs := e.flagSet("format")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON")
 	check := fs.Bool("check", false, "print nothing; exit 1 if formatting would change the code")
 	write := fs.Bool("write", false, "rewrite FILE in place if formatting changes it")
-	image := imageFlag(fs, ruffImageUsage)
+	var f runFlags
+	f.register(fs, forRuff)
 	daemon := targetFlags(fs)
-	pos, rc, ok := e.parse(fs, args, 1)
-	if !ok {
-		return rc
-	}
-	src := ""
-	if len(pos) == 1 {
-		src = pos[0]
-	}
-	switch {
-	case *check && *write:
-		return e.usageError("format: give --check or --write, not both")
-	case *write && (src == "" || src == "-"):
-		return e.usageError("format: --write needs a FILE")
-	}
-	code, _, err := e.readSource(src)
-	if err != nil {
-		return e.errorf("%v", err)
-	}
-	req := &api.FormatRequest{Code: code, Image: *image}
-
-	c, rc, ok := e.client(daemon)
+	code, src, c, rc, ok := e.ruffInput(fs, daemon, args, func(src string) (int, bool) {
+		switch {
+		case *check && *write:
+			return e.usageError("format: give --check or --write, not both"), false
+		case *write && (src == "" || src == "-"):
+			return e.usageError("format: --write needs a FILE"), false
+		}
+		return 0, true
+	})
 	if !ok {
 		return rc
 	}
 	var resp api.FormatResponse
-	if *jsonOut {
-		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/format", req)
-		if err != nil {
-			return e.daemonError(err)
-		}
-		if err := json.Unmarshal(raw, &resp); err != nil {
-			return e.errorf("malformed response: %v", err)
-		}
-		e.printJSON(raw)
-	} else {
-		r, err := c.Format(e.ctx, req)
-		if err != nil {
-			return e.daemonError(err)
-		}
-		resp = *r
+	if rc, ok := e.fetch(c, http.MethodPost, "/v1/format", &api.FormatRequest{Code: code, Image: f.image}, &resp, f.json); !ok {
+		return rc
 	}
 	changed := resp.Code != code
-
 	switch {
 	case *check:
 		if changed {
@@ -76,7 +49,7 @@ func runFormat(e *env, args []string) int {
 			}
 			fmt.Fprintf(e.stderr, "reformatted %s\n", src)
 		}
-	case !*jsonOut:
+	case !f.json:
 		fmt.Fprint(e.stdout, resp.Code)
 	}
 	return exitOK

@@ -1,8 +1,7 @@
-package main
+package cli
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,43 +20,25 @@ exec, session new, repl, lint and format take --image NAME. "jailctl images
 --json" prints the daemon's list as JSON (the images of "jailctl info
 --json"), with every package and version.`
 
-// ruffImageUsage is the --image usage of lint and format.
-const ruffImageUsage = "run ruff in the image `NAME`, one that has ruff (default: the default image if it has ruff, else the first that has)"
-
-// imageFlag adds --image to a command.
-func imageFlag(fs *flag.FlagSet, usage string) *string {
-	return fs.String("image", "", usage)
-}
-
 func runImages(e *env, args []string) int {
-	fs := e.flagSet("images")
-	jsonOut := fs.Bool("json", false, "print the daemon's list of images as JSON")
-	daemon := targetFlags(fs)
-	if _, rc, ok := e.parse(fs, args, 0); !ok {
-		return rc
-	}
-	c, rc, ok := e.client(daemon)
+	a, rc, ok := e.ask("images", "print the daemon's list of images as JSON", nil, args, 0, 0)
 	if !ok {
 		return rc
-	}
-	raw, err := c.Do(e.ctx, http.MethodGet, "/v1/info", nil)
-	if err != nil {
-		return e.daemonError(err)
 	}
 	var info struct {
 		Images json.RawMessage `json:"images"`
 	}
-	var images []api.ImageInfo
-	if err := json.Unmarshal(raw, &info); err != nil {
-		return e.errorf("malformed response: %v", err)
+	if rc, ok := e.fetch(a.c, http.MethodGet, "/v1/info", nil, &info, false); !ok {
+		return rc
 	}
+	var images []api.ImageInfo
 	if info.Images == nil || string(info.Images) == "null" {
 		return e.errorf("the daemon lists no images (a jaild older than this jailctl?)")
 	}
 	if err := json.Unmarshal(info.Images, &images); err != nil {
 		return e.errorf("malformed response: images: %v", err)
 	}
-	if *jsonOut {
+	if a.json {
 		e.printJSON(info.Images)
 		return exitOK
 	}

@@ -1,16 +1,13 @@
-package main
+package cli
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
@@ -32,122 +29,53 @@ failed run, or when a returned file could not be written; 2 for usage
 errors and errors from the daemon. With --json, the daemon's response is
 printed and nothing is written; the exit status is the same.`
 
-// fileSpec is one --file LOCAL[:PATH].
-type fileSpec struct{ local, path string }
-
 func runExec(e *env, args []string) int {
 	fs := e.flagSet("exec")
-	code := fs.String("c", "", "run `CODE` instead of a file")
-	stdinFile := fs.String("stdin-file", "", "send the content of `PATH` as the run's stdin (- for jailctl's stdin)")
-	var limits api.Limits
-	fs.Func("timeout", "wall-clock limit of the run, a `DURATION` such as 5s or 1500ms (default: the daemon's)", func(s string) error {
-		ms, err := parseTimeout(s)
-		limits.TimeoutMs = &ms
-		return err
-	})
-	fs.Func("memory", "memory limit of the run in `MB` (default: the daemon's)", func(s string) error {
-		mb, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || mb <= 0 {
-			return errors.New("want a positive number of MB")
-		}
-		limits.MemoryMB = &mb
-		return nil
-	})
-	var files []fileSpec
-	fs.Func("file", "upload `LOCAL[:PATH]` into the workspace at PATH (default: LOCAL's base name); repeatable", fileFlag(&files))
-	var get []string
-	fs.Func("get", "return the workspace files matching `PATTERN` (*, ?, [..] and **); repeatable", func(s string) error {
-		get = append(get, s)
-		return nil
-	})
-	outDir := fs.String("out-dir", ".", "write returned files and figures beneath `DIR`, creating it")
-	toStore := fs.Bool("return-to-store", false, "keep the returned files in the daemon's file store and print their IDs instead of writing them")
-	interactive := fs.Bool("interactive", false, "print the value of a final expression, as the Python REPL does")
-	envVars := map[string]string{}
-	fs.Func("env", "set `NAME=VALUE` in the run's environment; repeatable", func(s string) error {
-		name, value, ok := strings.Cut(s, "=")
-		if !ok || name == "" {
-			return errors.New("want NAME=VALUE")
-		}
-		envVars[name] = value
-		return nil
-	})
-	network := fs.String("network", "", "`MODE`: none (loopback only, the default) or internet (egress, if the daemon allows it)")
-	var allowHosts []string
-	fs.Func("allow-host", "with --network internet, allow only `HOST` (example.com, *.example.com, 198.51.100.0/24, each with an optional :PORT); repeatable", func(s string) error {
-		allowHosts = append(allowHosts, s)
-		return nil
-	})
-	image := imageFlag(fs, "run in the image `NAME` (\"jailctl images\" lists them; default: the daemon's default image)")
-	jsonOut := fs.Bool("json", false, "print the daemon's response JSON on stdout and nothing else")
+	var f runFlags
+	f.register(fs, forRun)
 	daemon := targetFlags(fs)
-
 	pos, rc, ok := e.parse(fs, args, 1)
 	if !ok {
 		return rc
 	}
-	codeSet := false
-	fs.Visit(func(f *flag.Flag) { codeSet = codeSet || f.Name == "c" })
-
-	req := &api.ExecuteRequest{Code: *code, ReturnFiles: get, LastLineInteractive: *interactive, Network: *network, AllowHosts: allowHosts, Image: *image}
-	if len(allowHosts) > 0 && req.Network == "" {
-		req.Network = api.NetworkInternet // --allow-host means egress
-	}
-	if req.Code, req.Stdin, rc, ok = e.codeAndStdin("exec", codeSet, *code, pos, *stdinFile); !ok {
+	req := &api.ExecuteRequest{ReturnFiles: f.get, LastLineInteractive: f.interactive, Network: f.networkMode(), AllowHosts: f.allowHosts,
+		Image: f.image, Limits: f.limitsPtr(), Env: f.envMap(), ReturnFilesAs: f.returnAs()}
+	if req.Code, req.Stdin, rc, ok = f.readCode(e, "exec", pos); !ok {
 		return rc
 	}
-	if limits != (api.Limits{}) {
-		req.Limits = &limits
-	}
-	if len(envVars) > 0 {
-		req.Env = envVars
-	}
-	if *toStore {
-		req.ReturnFilesAs = api.ReturnStore
-	}
-
-	c, rc, ok := e.client(daemon)
+	c, cleanup, rc, ok := e.dial(daemon, &f, &req.Files)
 	if !ok {
 		return rc
 	}
-	in, cleanup, err := e.stageFiles(c, files)
-	if err != nil {
-		return e.daemonError(err)
-	}
 	defer cleanup()
-	req.Files = in
-	if *jsonOut {
-		raw, err := c.Do(e.ctx, http.MethodPost, "/v1/execute", req)
-		if err != nil {
-			return e.daemonError(err)
-		}
+	if f.json {
 		var resp api.ExecuteResponse
-		if err := json.Unmarshal(raw, &resp); err != nil {
-			return e.errorf("malformed response: %v", err)
+		if rc, ok := e.fetch(c, http.MethodPost, "/v1/execute", req, &resp, true); !ok {
+			return rc
 		}
-		e.printJSON(raw)
 		return exitCode(&resp)
 	}
 	resp, err := c.ExecuteStream(e.ctx, req, e.printOutput())
 	if err != nil {
 		return e.daemonError(err)
 	}
-	return e.report(resp, *outDir)
+	return e.report(resp, f.outDir)
 }
 
-// codeAndStdin reads a command's code (-c, else FILE or stdin: the one
+// readCode reads a command's code (-c, else FILE or stdin: the one
 // positional argument in pos) and its --stdin-file, if any. ok is false
 // when the command must exit with rc.
-func (e *env) codeAndStdin(cmd string, codeSet bool, code string, pos []string, stdinFile string) (_ string, stdin *string, rc int, ok bool) {
+func (f *runFlags) readCode(e *env, cmd string, pos []string) (code string, stdin *string, rc int, ok bool) {
+	code = f.code
 	switch {
-	case codeSet && len(pos) > 0:
+	case f.codeSet && len(pos) > 0:
 		return "", nil, e.usageError(cmd + ": give -c CODE or FILE, not both"), false
-	case !codeSet:
+	case !f.codeSet:
 		src := ""
 		if len(pos) == 1 {
 			src = pos[0]
 		}
-		if (src == "" || src == "-") && stdinFile == "-" {
+		if (src == "" || src == "-") && f.stdinFile == "-" {
 			return "", nil, e.usageError(cmd + ": stdin cannot be both the code and --stdin-file"), false
 		}
 		c, _, err := e.readSource(src)
@@ -156,8 +84,8 @@ func (e *env) codeAndStdin(cmd string, codeSet bool, code string, pos []string, 
 		}
 		code = c
 	}
-	if stdinFile != "" {
-		in, _, err := e.readSource(stdinFile)
+	if f.stdinFile != "" {
+		in, _, err := e.readSource(f.stdinFile)
 		if err != nil {
 			return "", nil, e.errorf("--stdin-file: %v", err), false
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -16,14 +16,14 @@ import (
 // printed on stdout opens the page itself (no redirect, no cookie), the
 // URL without the token does not, and an interrupt ends it with 0.
 func TestWebWiring(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"GET /v1/health": {body: `{"status":"ok"}`}})
+	h := newDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	outR, outW := io.Pipe()
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--socket", d.sock, "web", "--http", "127.0.0.1:0"}, strings.NewReader(""), outW, &stderr)
+		done <- Main(ctx, []string{"--socket", h.Socket, "web", "--http", "127.0.0.1:0"}, strings.NewReader(""), outW, &stderr)
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(outR).ReadString('\n')
@@ -63,18 +63,18 @@ func TestWebWiring(t *testing.T) {
 }
 
 func TestWebRefusals(t *testing.T) {
-	d := newFakeDaemon(t, map[string]reply{"GET /v1/health": {body: `{"status":"ok"}`}})
+	h := newDaemon(t)
 	for _, tc := range []struct {
 		args    []string
 		mention string
 	}{
-		{[]string{"--socket", d.sock, "web", "--http", "0.0.0.0:0"}, "not a loopback address; pass --allow-remote"},
-		{[]string{"--socket", d.sock, "web", "--http", "[::]:0"}, "not a loopback address"},
-		{[]string{"--socket", d.sock + ".none", "web", "--http", "127.0.0.1:0"}, "cannot connect to jaild"},
-		{[]string{"--socket", d.sock, "web", "--http", "nonsense"}, "want HOST:PORT"},
+		{[]string{"--socket", h.Socket, "web", "--http", "0.0.0.0:0"}, "not a loopback address; pass --allow-remote"},
+		{[]string{"--socket", h.Socket, "web", "--http", "[::]:0"}, "not a loopback address"},
+		{[]string{"--socket", h.Socket + ".none", "web", "--http", "127.0.0.1:0"}, "cannot connect to jaild"},
+		{[]string{"--socket", h.Socket, "web", "--http", "nonsense"}, "want HOST:PORT"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		code := Main(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
 		if code != exitError || !strings.Contains(stderr.String(), tc.mention) || stdout.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q: want exit 2 naming %q", tc.args, code, stdout.String(), stderr.String(), tc.mention)
 		}
