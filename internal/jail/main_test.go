@@ -1,3 +1,5 @@
+//go:build !unit
+
 package jail
 
 import (
@@ -12,7 +14,11 @@ import (
 // seccomp build tag and a built rootfs image (`make rootfs`). Without any
 // of those they fail; they never skip. They run the image's shell and
 // coreutils: the sandbox knows nothing of what runs in it (the
-// orchestration is tested in internal/run).
+// orchestration is tested in internal/run). Their files, this TestMain's
+// among them, are built only without the unit tag (`//go:build !unit`):
+// `make test-unit` builds with it and runs the rest (unit_test.go), which
+// need neither root nor an image, while `make test-host` builds every
+// file, so that a root test that cannot run fails there.
 
 var testEngine *Engine
 
@@ -23,7 +29,7 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "internal/jail tests create real jails and need root (run `make test` as root)")
+		fmt.Fprintln(os.Stderr, "internal/jail tests create real jails and need root (run `make test-host` as root; `make test-unit` runs those that need neither root nor an image)")
 		return 1
 	}
 	imageDir := os.Getenv("JAILD_IMAGE_DIR")

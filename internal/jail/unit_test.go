@@ -1,5 +1,9 @@
 package jail
 
+// The tests of this file need neither root nor an image: `make test-unit`
+// runs them, built with the unit tag, which leaves out the files of tests
+// that need real jails (see main_test.go).
+
 import (
 	"errors"
 	"os"
@@ -93,5 +97,24 @@ func TestLimitsValidate(t *testing.T) {
 	l.Timeout = 48 * time.Hour
 	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "timeout_ms") {
 		t.Errorf("huge timeout: %v, want an error naming timeout_ms", err)
+	}
+}
+
+// favordynmods is set and cleared in a mount's comma-separated superblock
+// options, leaving the others as they were.
+func TestMountOptions(t *testing.T) {
+	for _, c := range []struct{ opts, without string }{
+		{"rw,nsdelegate,favordynmods,memory_recursiveprot", "rw,nsdelegate,memory_recursiveprot"},
+		{"favordynmods", ""},
+		{"rw,favordynmods", "rw"},
+		{"rw,nsdelegate", "rw,nsdelegate"},
+		{"rw,favordynmodsx,xfavordynmods", "rw,favordynmodsx,xfavordynmods"},
+	} {
+		if got := withoutOption(c.opts, "favordynmods"); got != c.without {
+			t.Errorf("withoutOption(%q) = %q, want %q", c.opts, got, c.without)
+		}
+		if got, want := hasOption(c.opts, "favordynmods"), c.opts != c.without; got != want {
+			t.Errorf("hasOption(%q) = %v, want %v", c.opts, got, want)
+		}
 	}
 }

@@ -1,3 +1,5 @@
+//go:build !unit
+
 package run
 
 import (
@@ -15,7 +17,13 @@ import (
 
 // The tests in this package run real jails: they need root, the seccomp
 // build tag and a built rootfs image (`make rootfs`). Without any of those
-// they fail; they never skip.
+// they fail; they never skip. Their files, this TestMain's among them, are
+// built only without the unit tag (`//go:build !unit`): `make test-unit`
+// builds with it and runs the rest (unit_test.go), which need neither root
+// nor an image, while `make test-host` builds every file, so that a root
+// test that cannot run fails there. A root test put in an untagged file
+// does not compile with the tag (testEngine is not there): it cannot slip
+// into test-unit.
 
 var (
 	testEngine  *Service // a service without a pool
@@ -34,7 +42,7 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "internal/run tests run real jails and need root (run `make test` as root)")
+		fmt.Fprintln(os.Stderr, "internal/run tests run real jails and need root (run `make test-host` as root; `make test-unit` runs those that need neither root nor an image)")
 		return 1
 	}
 	testImage = os.Getenv("JAILD_IMAGE_DIR")

@@ -2,14 +2,9 @@ package run
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/egress"
-	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/runner"
@@ -27,11 +21,12 @@ import (
 // A session is one jail whose Python interpreter lives across calls. Its
 // first process is the image's init in session mode (rootfs/runner/init.c)
 // and, as its child, the runner taking one job per call (runner.py). The
-// daemon talks to init over two pipes the interpreter has no access to:
-// commands on fd 5 (interrupt, kill, start afresh) and init's word on fd 6
-// that the interpreter ended. The user's stdout, stderr and records pipes
-// live as long as the session; a call's share of them is what was written
-// between its job and its end record (see stream.sync).
+// daemon talks to init over two pipes the interpreter has no access to
+// (runner.Control): commands on fd 5 (interrupt, kill, start afresh) and
+// init's reports on fd 6 that the interpreter ended or started afresh.
+// The user's stdout, stderr and records pipes live as long as the
+// session; a call's share of them is what was written between its job and
+// its end record (see runner.Stream).
 //
 // Between calls the session's cgroup is frozen: no process of it runs.
 
@@ -82,8 +77,9 @@ type Session struct {
 	warm   bool
 	image  string
 
-	stdout, stderr *stream
-	events         chan string // init's status lines
+	ctl            *runner.Control // init's control channel
+	stdout, stderr *runner.Stream
+	events         chan runner.Report // init's reports
 	interrupt      chan struct{}
 
 	callMu sync.Mutex // held by the call in progress
@@ -154,15 +150,17 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	if st.p.ctlW == nil {
 		return nil, errors.New("session jail has no control pipe")
 	}
+	ctl := runner.NewControl(st.p.ctlW, st.p.statR)
 	// Session mode before anything can end the runner.
-	if _, err := st.p.ctlW.Write([]byte{'s'}); err != nil {
+	if err := ctl.SessionMode(); err != nil {
 		return nil, fmt.Errorf("session mode: %w", err)
 	}
 	ss := &Session{
 		s: s, st: st, limits: spec.Limits, env: spec.Env, warm: warm, image: im.name, fresh: true,
-		stdout:    newStream(st.p.stdoutR),
-		stderr:    newStream(st.p.stderrR),
-		events:    make(chan string, 8),
+		ctl:       ctl,
+		stdout:    runner.NewStream(st.p.stdoutR),
+		stderr:    runner.NewStream(st.p.stderrR),
+		events:    make(chan runner.Report, 8),
 		interrupt: make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -179,10 +177,10 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	// Nothing reads the jail's stdin: each call's is in its job.
 	st.p.stdinW.Close()
 	st.p.stdinW = nil
-	go ss.stdout.loop()
-	go ss.stderr.loop()
+	go ss.stdout.Run()
+	go ss.stderr.Run()
 	go ss.readRecords(st.p.recR)
-	go ss.readEvents(st.p.statR)
+	go ss.readReports()
 	go func() {
 		<-st.j.Done()
 		ss.end(EndJailEnded)
@@ -247,335 +245,6 @@ func (ss *Session) Interrupt() {
 	}
 }
 
-// Exec runs one call. Errors: errdefs.ErrConflict while another call runs
-// or after the session ended; of class errdefs.ErrInvalidArgument for a
-// bad call; others are the host's. Whatever the code did is a CallResult.
-func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	if !ss.callMu.TryLock() {
-		return nil, errdefs.New(errdefs.ErrConflict, "another call of this session is running")
-	}
-	defer ss.callMu.Unlock()
-	// An interrupt left unanswered ends with its call.
-	defer func() {
-		select {
-		case <-ss.interrupt:
-		default:
-		}
-	}()
-	ended := func() error {
-		return errdefs.New(errdefs.ErrConflict, "the session has ended (%s)", ss.EndReason())
-	}
-	if ss.isEnded() {
-		return nil, ended()
-	}
-	// The interpreter may have ended between calls (a background thread's
-	// os._exit as the last call ended): this call gets a fresh one, and
-	// says so.
-	var lostBefore string
-	select {
-	case line := <-ss.events:
-		if strings.HasPrefix(line, "exit ") {
-			_, sig := parseExit(line)
-			lostBefore = LostExited
-			if sig != 0 {
-				lostBefore = LostCrashed
-			}
-			ss.restart()
-			if ss.isEnded() {
-				return nil, ended()
-			}
-		}
-	default:
-	}
-	ss.mu.Lock()
-	ss.calls++
-	cs := &callState{n: ss.calls, end: make(chan int, 1), started: make(chan struct{})}
-	fresh := ss.fresh
-	ss.mu.Unlock()
-	// The number is the call's only once it runs.
-	committed := false
-	defer func() {
-		if !committed {
-			ss.mu.Lock()
-			ss.calls--
-			ss.mu.Unlock()
-		}
-	}()
-
-	stdin := runner.Latin1(c.Stdin)
-	job := runner.Job{
-		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", cs.n), LastLineInteractive: c.LastLineInteractive,
-		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
-		Session: true, Call: cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
-	}
-	if fresh {
-		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
-		// life (a warm jail's is higher); the call's soft limit is then
-		// set from CPUSeconds.
-		job.Rlimits = ss.limits.RlimitsByName()
-	}
-	frame := runner.EncodeJob(job)
-	if len(frame) > runner.MaxJobBytes {
-		return nil, errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(frame), runner.MaxJobBytes)
-	}
-	j := ss.st.j
-	// Frozen (or, before the first call, with no user code run yet):
-	// nothing of the session changes the workspace meanwhile.
-	if err := writeFiles(j, c.Files, true); err != nil {
-		// The workspace is the session's to shape: a path taken by a
-		// directory, link or other non-file it made is the caller's
-		// state (a full workspace is already the caller's invalid
-		// argument, from workspace.Write); anything else is the daemon's.
-		// Either way the details name host paths: they go to the log.
-		if workspaceStateError(err) {
-			ss.s.log.Info("session files not written", "id", j.ID(), "err", err)
-			return nil, errdefs.New(errdefs.ErrConflict, "files: could not be written into the session's workspace (a path is taken by a directory, link or other non-file made there)")
-		}
-		return nil, fmt.Errorf("write session files: %w", err)
-	}
-	figs := filepath.Join(j.MetaHostDir(), "figures")
-	clearDir(figs)
-
-	res := &CallResult{Count: cs.n, Result: Result{ID: j.ID(), ExitCode: -1}}
-	var (
-		once     sync.Once
-		overflow = make(chan struct{})
-	)
-	stdout := &runner.Capture{Limit: c.OutputBytes, OnOverflow: func() { once.Do(func() { close(overflow) }) }}
-	stderr := &runner.Capture{Limit: c.OutputBytes, OnOverflow: stdout.OnOverflow}
-	attachOutput(c.Output, stdout, stderr)
-	ss.stdout.attach(stdout)
-	ss.stderr.attach(stderr)
-	ss.mu.Lock()
-	ss.cur = cs
-	ss.mu.Unlock()
-	defer func() {
-		ss.stdout.attach(nil)
-		ss.stderr.attach(nil)
-		ss.mu.Lock()
-		ss.cur = nil
-		ss.mu.Unlock()
-	}()
-
-	// The stream's head goes out while the session is still frozen: a
-	// client slow to take it costs no running time of the call.
-	if c.OnStart != nil {
-		c.OnStart(j.ID(), ss.warm)
-	}
-	j.ResetPeak()
-	base := j.Stats()
-	if err := j.Thaw(); err != nil {
-		if ss.isEnded() {
-			return nil, ended()
-		}
-		return nil, fmt.Errorf("thaw session: %w", err)
-	}
-	committed = true
-	ss.mu.Lock()
-	ss.fresh = false // the job that carries the rlimits is on its way
-	ss.mu.Unlock()
-	start := time.Now()
-	wrote := make(chan error, 1)
-	go func() {
-		w := ss.st.p.jobW
-		_ = w.SetWriteDeadline(start.Add(c.Timeout + InterruptGrace + time.Second))
-		_, err := w.Write(frame)
-		wrote <- err
-	}()
-
-	timer := time.NewTimer(c.Timeout)
-	defer timer.Stop()
-	var grace, killWait <-chan time.Time
-	interrupted, killed := false, false
-	cause := "" // why the daemon interrupted: a Lost* reason
-	// SIGINT goes only to a call whose code has begun (its start record):
-	// before that the runner ignores it. One asked for earlier waits.
-	started, pending := cs.started, false
-	sigint := func() {
-		if started == nil {
-			ss.command('i')
-		} else {
-			pending = true
-		}
-	}
-	interruptFor := func(why string) {
-		if interrupted {
-			return
-		}
-		interrupted, cause = true, why
-		sigint()
-		grace = time.After(InterruptGrace)
-	}
-	var exitLine string
-	status := -1
-wait:
-	for {
-		select {
-		case st := <-cs.end:
-			status = st
-			if !killed {
-				break wait
-			}
-			// SIGKILL was sent: its exit report follows (the end came
-			// just before it); the state is lost either way.
-			select {
-			case line := <-ss.events:
-				if strings.HasPrefix(line, "exit ") {
-					exitLine, status = line, -1
-				}
-			case <-ss.done:
-			case <-time.After(restartTimeout):
-			}
-			break wait
-		case line := <-ss.events:
-			if strings.HasPrefix(line, "exit ") {
-				exitLine = line
-				break wait
-			}
-		case <-ss.done:
-			break wait
-		case err := <-wrote:
-			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-				ss.s.log.Warn("session job write", "id", j.ID(), "err", err)
-			}
-			wrote = nil
-		case <-timer.C:
-			res.TimedOut = true
-			interruptFor(LostTimeout)
-		case <-overflow:
-			overflow = nil
-			interruptFor(LostOutput)
-		case <-ctx.Done():
-			res.Cancelled = true
-			interruptFor(LostCancelled)
-			ctx = context.Background()
-		case <-ss.interrupt:
-			sigint()
-		case <-started:
-			started = nil
-			if pending {
-				pending = false
-				ss.command('i')
-			}
-		case <-grace:
-			grace = nil
-			if !killed {
-				killed = true
-				ss.command('k')
-				killWait = time.After(restartTimeout)
-			}
-		case <-killWait:
-			// init neither reported the kill nor ended: give up the jail.
-			ss.s.log.Error("session interpreter not reported dead after SIGKILL; ending the session", "id", j.ID())
-			ss.end(EndRestartError)
-			killWait = nil
-		}
-	}
-	res.Duration = time.Since(start)
-	if wrote != nil {
-		// A job not taken whole by now never will be; a fresh
-		// interpreter must not read its rest.
-		_ = ss.st.p.jobW.SetWriteDeadline(time.Now())
-		<-wrote
-	}
-	ss.stdout.sync()
-	ss.stderr.sync()
-	// What comes later is no call's (and the buffers are read below).
-	ss.stdout.attach(nil)
-	ss.stderr.attach(nil)
-	after := j.Stats()
-	res.CPUTime = max(after.CPU-base.CPU, 0) // 0 when the jail is gone
-	res.PeakMemoryBytes = after.PeakMemoryBytes
-	res.OOMKilled = after.OOMKills > base.OOMKills
-	res.Stdout, res.StdoutTruncated = stdout.Buf, stdout.Truncated
-	res.Stderr, res.StderrTruncated = stderr.Buf, stderr.Truncated
-	if u := j.NetworkUsage(); u != nil {
-		// The jail's counters are the session's; the call's is the
-		// difference.
-		ss.mu.Lock()
-		prev := ss.net
-		ss.net = *u
-		ss.mu.Unlock()
-		res.Network = &egress.Usage{BytesSent: u.BytesSent - min(prev.BytesSent, u.BytesSent), BytesReceived: u.BytesReceived - min(prev.BytesReceived, u.BytesReceived)}
-	}
-	ss.mu.Lock()
-	recs := runner.ParseRecords(cs.records, strings.Count(c.Code, "\n")+1)
-	ss.mu.Unlock()
-	res.Exception, res.ResultRepr = recs.Exception, recs.Result
-
-	switch {
-	case status >= 0:
-		res.ExitCode = status
-		ss.mu.Lock()
-		ss.losses = 0
-		ss.mu.Unlock()
-	case exitLine != "":
-		code, sig := parseExit(exitLine)
-		res.ExitCode, res.Signal = code, sig
-		if sig != 0 {
-			res.ExitCode = -1
-		}
-		res.StateLost = true
-		switch {
-		case res.OOMKilled:
-			res.LostReason = LostMemory
-		case killed:
-			res.LostReason = cause
-		case sig == int(unix.SIGXCPU) || sig == int(unix.SIGKILL) && res.CPUTime >= c.Timeout:
-			res.LostReason = LostCPU
-		case sig != 0:
-			res.LostReason = LostCrashed
-		default:
-			res.LostReason = LostExited
-		}
-		ss.restart()
-	default: // the session ended under the call
-		res.Signal = int(unix.SIGKILL)
-	}
-	if lostBefore != "" && !res.StateLost {
-		res.StateLost, res.LostReason = true, lostBefore
-	}
-	if ss.isEnded() {
-		res.Ended, res.EndReason = true, ss.EndReason()
-	}
-	if !res.Ended {
-		// Frozen before its files are read: nothing of the session writes
-		// meanwhile, and between calls it uses no CPU. A session that
-		// cannot be frozen ends (fail closed): its processes would run
-		// between calls.
-		frozen := true
-		if err := freeze(j); err != nil && !ss.isEnded() {
-			ss.s.log.Error("freeze session; ending it", "id", j.ID(), "err", err)
-			ss.end(EndFreezeFailed)
-			frozen = false
-		}
-		switch {
-		case !frozen:
-			// Its processes may still run: nothing of its workspace is
-			// read (fail closed).
-			res.Ended, res.EndReason = true, ss.EndReason()
-			for _, p := range c.ReturnFiles {
-				res.Files = append(res.Files, workspace.File{Path: p, Error: "not returned: the session could not be frozen and has ended"})
-			}
-		default:
-			res.Figures = workspace.ReadFigures(figs)
-		}
-		if frozen && len(c.ReturnFiles) > 0 {
-			files, err := collect(j, c.ReturnFiles, c.Hooks, ss.s.log)
-			if err != nil {
-				ss.s.log.Warn("collect files", "id", j.ID(), "err", err)
-				files = append(files, workspace.File{Path: ".", Error: "workspace could not be read completely"})
-			}
-			res.Files = files
-		}
-	}
-	res.Status = callStatus(res, cause)
-	return res, nil
-}
-
 // workspaceStateError reports whether err writing files into a session's
 // workspace comes of what the session made there.
 func workspaceStateError(err error) bool {
@@ -634,13 +303,13 @@ func (ss *Session) restart() {
 		ss.end(EndLosses)
 		return
 	}
-	ss.command('r')
+	ss.command(ss.ctl.Restart)
 	timer := time.NewTimer(restartTimeout)
 	defer timer.Stop()
 	for {
 		select {
-		case line := <-ss.events:
-			if line == "started" {
+		case rep := <-ss.events:
+			if rep.Kind == runner.ReportStarted {
 				return
 			}
 		case <-ss.done:
@@ -659,36 +328,32 @@ func (ss *Session) isEnded() bool {
 	return ss.ended
 }
 
-// command writes one command byte to init; a failure means the jail is
-// going, which its Done reports.
-func (ss *Session) command(c byte) {
-	if _, err := ss.st.p.ctlW.Write([]byte{c}); err != nil {
-		ss.s.log.Warn("session command", "id", ss.ID(), "command", string(c), "err", err)
+// command sends one command to init; a failure means the jail is going,
+// which its Done reports.
+func (ss *Session) command(send func() error) {
+	if err := send(); err != nil {
+		ss.s.log.Warn("session command", "id", ss.ID(), "err", err)
 	}
 }
 
-// parseExit reads init's "exit CODE SIGNAL".
-func parseExit(line string) (code, sig int) {
-	f := strings.Fields(line)
-	if len(f) != 3 {
-		return -1, 0
-	}
-	code, _ = strconv.Atoi(f[1])
-	sig, _ = strconv.Atoi(f[2])
-	if sig < 0 || sig > 64 {
-		sig = 0
-	}
-	return code, sig
-}
-
-// readEvents passes init's status lines on. Init is not user code (see
-// init.c), but its lines are bounded all the same.
-func (ss *Session) readEvents(f *os.File) {
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64), 64)
-	for sc.Scan() {
+// readReports passes init's reports on. Init is not user code (see
+// init.c), but it runs in the jail: a report it cannot have written ends
+// the session (fail closed: the daemon no longer knows the interpreter's
+// state), as an unanswered kill does. The pipe's end is the jail's, which
+// its Done reports.
+func (ss *Session) readReports() {
+	for {
+		rep, err := ss.ctl.ReadReport()
+		if errors.Is(err, runner.ErrBadReport) {
+			ss.s.log.Error("session init's report; ending the session", "id", ss.ID(), "err", err)
+			ss.end(EndRestartError)
+			return
+		}
+		if err != nil {
+			return
+		}
 		select {
-		case ss.events <- sc.Text():
+		case ss.events <- rep:
 		case <-ss.done:
 			return
 		}
@@ -701,7 +366,7 @@ func (ss *Session) readEvents(f *os.File) {
 func (ss *Session) readRecords(f *os.File) {
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
-		line, err := readBoundedLine(r, runner.MaxRecordBytes)
+		line, err := runner.ReadBoundedLine(r, runner.MaxRecordBytes)
 		if len(line) > 0 {
 			ss.deliverRecord(line)
 		}
@@ -739,30 +404,6 @@ func (ss *Session) deliverRecord(line []byte) {
 	}
 }
 
-// readBoundedLine reads one line without its newline; a longer line than
-// limit is read to its end and returned empty.
-func readBoundedLine(r *bufio.Reader, limit int) ([]byte, error) {
-	var line []byte
-	over := false
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if !over {
-			if len(line)+len(chunk) > limit+1 {
-				over, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if over {
-			line = nil
-		}
-		return bytes.TrimSuffix(line, []byte{'\n'}), err
-	}
-}
-
 // clearDir removes the entries of dir (the session's figures directory),
 // never following a link: a call's figures are its own.
 func clearDir(dir string) {
@@ -777,89 +418,5 @@ func clearDir(dir string) {
 		if unix.Unlinkat(fd, n, 0) != nil {
 			_ = unix.Unlinkat(fd, n, unix.AT_REMOVEDIR)
 		}
-	}
-}
-
-// stream drains one of a session's output pipes for its whole life into
-// the call in progress (nothing between calls).
-type stream struct {
-	f    *os.File
-	mu   sync.Mutex
-	cap  *runner.Capture
-	acks chan chan struct{} // a sync waiting for the loop
-	eof  chan struct{}      // closed when the loop ended
-}
-
-func newStream(f *os.File) *stream {
-	return &stream{f: f, acks: make(chan chan struct{}, 1), eof: make(chan struct{})}
-}
-
-func (s *stream) attach(c *runner.Capture) {
-	s.mu.Lock()
-	s.cap = c
-	s.mu.Unlock()
-}
-
-func (s *stream) deliver(p []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cap != nil {
-		s.cap.Add(p)
-	}
-}
-
-func (s *stream) loop() {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := s.f.Read(buf)
-		if n > 0 {
-			s.deliver(buf[:n])
-		}
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			close(s.eof) // the session is over
-			return
-		}
-		// A sync: what is in the pipe now is the call's.
-		if rc, err := s.f.SyscallConn(); err == nil {
-			_ = rc.Control(func(fd uintptr) {
-				for {
-					n, err := unix.Read(int(fd), buf)
-					if n > 0 {
-						s.deliver(buf[:n])
-					}
-					if n <= 0 || err != nil {
-						return
-					}
-				}
-			})
-		}
-		_ = s.f.SetReadDeadline(time.Time{})
-		select {
-		case ack := <-s.acks:
-			close(ack)
-		default:
-		}
-	}
-}
-
-// sync returns once everything written to the pipe before the call is
-// delivered (the runner flushes before its end record).
-func (s *stream) sync() {
-	select {
-	case <-s.acks: // left by a sync that gave up
-	default:
-	}
-	ack := make(chan struct{})
-	s.acks <- ack
-	_ = s.f.SetReadDeadline(time.Now())
-	t := time.NewTimer(syncWait)
-	defer t.Stop()
-	select {
-	case <-ack:
-	case <-s.eof:
-	case <-t.C:
 	}
 }

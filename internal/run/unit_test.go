@@ -1,7 +1,13 @@
 package run
 
+// The tests of this file need neither root nor an image: `make test-unit`
+// runs them, built with the unit tag, which leaves out the files of tests
+// that need real jails (see main_test.go).
+
 import (
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -79,6 +85,50 @@ func TestStatus(t *testing.T) {
 	} {
 		if got := status(&c.r, c.output, soft); got != c.want {
 			t.Errorf("status(%+v, output limit %v) = %s, want %s", c.r, c.output, got, c.want)
+		}
+	}
+}
+
+// A call's status: the daemon's reason to interrupt comes first, whether
+// or not the code stopped at the interrupt; a session that ended under a
+// call killed it.
+func TestCallStatus(t *testing.T) {
+	kill, segv := int(unix.SIGKILL), int(unix.SIGSEGV)
+	for _, c := range []struct {
+		r     CallResult
+		cause string
+		want  Status
+	}{
+		{CallResult{}, "", StatusOK},
+		{CallResult{Result: Result{ExitCode: 3}}, "", StatusError},
+		{CallResult{Result: Result{ExitCode: 0, TimedOut: true}}, LostTimeout, StatusTimeout},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill, TimedOut: true, OOMKilled: true}}, LostTimeout, StatusTimeout},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill, OOMKilled: true}, StateLost: true, LostReason: LostMemory}, "", StatusMemoryLimit},
+		{CallResult{Result: Result{ExitCode: 1}}, LostOutput, StatusOutputLimit},
+		{CallResult{Result: Result{ExitCode: 1, Cancelled: true}}, LostCancelled, StatusKilled},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, Ended: true, EndReason: EndClosed}, "", StatusKilled},
+		{CallResult{Result: Result{ExitCode: 0}, Ended: true, EndReason: EndFreezeFailed}, "", StatusOK},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, StateLost: true, LostReason: LostCPU}, "", StatusCPULimit},
+		{CallResult{Result: Result{ExitCode: -1, Signal: segv}, StateLost: true, LostReason: LostCrashed}, "", StatusKilled},
+		{CallResult{Result: Result{ExitCode: 0}, StateLost: true, LostReason: LostExited}, "", StatusOK},
+	} {
+		if got := callStatus(&c.r, c.cause); got != c.want {
+			t.Errorf("callStatus(%+v, %q) = %s, want %s", c.r, c.cause, got, c.want)
+		}
+	}
+}
+
+// Writing a call's files fails on what the session made of its workspace
+// as the caller's conflict; anything else is the host's.
+func TestWorkspaceStateError(t *testing.T) {
+	for _, e := range []error{unix.EEXIST, unix.ENOTDIR, unix.EISDIR, unix.ELOOP, unix.EXDEV, unix.EMLINK} {
+		if err := fmt.Errorf("write: %w", &os.PathError{Op: "openat2", Path: "/x", Err: e}); !workspaceStateError(err) {
+			t.Errorf("%v is not the session's state", err)
+		}
+	}
+	for _, err := range []error{unix.EIO, unix.ENOSPC, unix.EACCES, errors.New("other")} {
+		if workspaceStateError(err) {
+			t.Errorf("%v taken for the session's state", err)
 		}
 	}
 }

@@ -1,15 +1,19 @@
-// Package runner is the host's side of the protocol with the Python runner
-// in the image (rootfs/runner/runner.py): the job the runner reads from fd 3,
-// the JSON-lines records it writes on fd 4, and the bounded capture of a
-// jail's output streams. Everything read here comes from a jail, where user
-// code can write to the same pipes, so it is bounded and validated. It needs
-// no root and knows nothing of containers.
+// Package runner is the host's side of the byte protocols with a jail's
+// processes: the job the Python runner in the image (rootfs/runner/runner.py)
+// reads from fd 3, the JSON-lines records it writes on fd 4, the bounded
+// capture of a jail's output streams and, for a session, the sync of its
+// long-lived output pipes (Stream) and its init's control channel (fd 5
+// commands, fd 6 reports; Control). Everything read here comes from a jail,
+// where user code can write to the same pipes, so it is bounded and
+// validated. It needs no root and knows nothing of containers: its tests
+// run on pipes.
 package runner
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -291,4 +295,31 @@ func ParseJobRecords(data []byte, codeLines []int) []Records {
 		out = append(out, ParseRecords(data[start:], lines(len(out))))
 	}
 	return out
+}
+
+// ReadBoundedLine reads one line of r without its newline, for a pipe that
+// stays open across jobs (a session's records). A line longer than limit
+// is read to its end and returned empty; r's buffer bounds what is held
+// besides the line.
+func ReadBoundedLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	over := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !over {
+			if len(line)+len(chunk) > limit+1 {
+				over, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		line = bytes.TrimSuffix(line, []byte{'\n'})
+		if over || len(line) > limit { // the latter: a last line without its newline
+			line = nil
+		}
+		return line, err
+	}
 }
