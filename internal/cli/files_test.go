@@ -15,6 +15,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server/servertest"
 	"github.com/jaild/jaild/internal/workspace"
 )
@@ -47,7 +48,7 @@ func TestExecFileThroughStore(t *testing.T) {
 	var size int64
 	h.Engine.RunFunc = func(_ context.Context, req *run.Request) (*run.Result, error) {
 		size = req.Files[0].Size
-		return &run.Result{Status: run.StatusOK}, nil
+		return &run.Result{Status: spec.StatusOK}, nil
 	}
 	dir := t.TempDir()
 	big, content := bigFile(t, dir)
@@ -162,7 +163,7 @@ func TestSessionFilesThroughStore(t *testing.T) {
 	var call run.Call
 	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
 		call = *c
-		return &run.CallResult{Result: run.Result{Status: run.StatusOK}}, nil
+		return &run.CallResult{Result: run.Result{Status: spec.StatusOK}}, nil
 	}
 	big, _ := bigFile(t, t.TempDir())
 	r := jailctl(t, h.Socket, "", "session", "new", "--file", big)
@@ -322,7 +323,7 @@ func TestFilesUsage(t *testing.T) {
 // returned there instead of writing them; figures are still written.
 func TestExecReturnToStore(t *testing.T) {
 	h := newDaemon(t)
-	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK, Stdout: []byte("done\n"),
+	h.Engine.RunFunc = answer(run.Result{Status: spec.StatusOK, Stdout: []byte("done\n"),
 		Files: []workspace.File{
 			{Path: "out/a.csv", Size: 3 << 20, FileID: "f-a", SHA256: "ab"},
 			{Path: "out/b.csv", Error: "larger than the file size limit"},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -50,18 +51,18 @@ func TestExecOutputAndExitCode(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"ok", run.Result{Status: run.StatusOK, Stdout: hello}, 0, ""},
-		{"exit 3", run.Result{Status: run.StatusError, ExitCode: 3, Stdout: hello, Stderr: []byte("Traceback\n")}, 3,
+		{"ok", run.Result{Status: spec.StatusOK, Stdout: hello}, 0, ""},
+		{"exit 3", run.Result{Status: spec.StatusError, ExitCode: 3, Stdout: hello, Stderr: []byte("Traceback\n")}, 3,
 			"Traceback\njailctl: Process exited with code 3\n"},
-		{"timeout", run.Result{Status: run.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: hello}, 124,
+		{"timeout", run.Result{Status: spec.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: hello}, 124,
 			"jailctl: Execution terminated after 10 seconds (the time limit)\n"},
-		{"signal 9", run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
+		{"signal 9", run.Result{Status: spec.StatusKilled, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
 			"jailctl: Process killed by signal 9 (SIGKILL)\n"},
-		{"memory limit", run.Result{Status: run.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
+		{"memory limit", run.Result{Status: spec.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1, Stdout: hello}, 137,
 			"jailctl: Memory limit of 512 MB exceeded; the process was killed\n"},
-		{"cpu limit", run.Result{Status: run.StatusCPULimit, Signal: 24, ExitCode: -1, Stdout: hello}, 152,
+		{"cpu limit", run.Result{Status: spec.StatusCPULimit, Signal: 24, ExitCode: -1, Stdout: hello}, 152,
 			"jailctl: CPU time limit exceeded; the process was killed\n"},
-		{"output limit", run.Result{Status: run.StatusOutputLimit, Stdout: hello, StdoutTruncated: true}, 1,
+		{"output limit", run.Result{Status: spec.StatusOutputLimit, Stdout: hello, StdoutTruncated: true}, 1,
 			"jailctl: the run's stdout was truncated\njailctl: Output limit of 1048576 bytes exceeded; the process was killed\n"},
 	}
 	h := newDaemon(t)
@@ -135,7 +136,7 @@ func TestExecRequest(t *testing.T) {
 func TestExecResultPrinted(t *testing.T) {
 	// The daemon's stdout holds the repr already (the runner prints it).
 	h := newDaemon(t)
-	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK, Stdout: []byte("a\n42\n"), ResultRepr: strp("42")})
+	h.Engine.RunFunc = answer(run.Result{Status: spec.StatusOK, Stdout: []byte("a\n42\n"), ResultRepr: strp("42")})
 	r := jailctl(t, h.Socket, "", "exec", "--interactive", "-c", "print('a'); 6*7")
 	if r.code != 0 || r.stdout != "a\n42\n" {
 		t.Errorf("got %d %q", r.code, r.stdout)
@@ -175,7 +176,7 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 
 func TestExecWritesReturnedFiles(t *testing.T) {
 	h := newDaemon(t)
-	h.Engine.RunFunc = answer(run.Result{Status: run.StatusOK,
+	h.Engine.RunFunc = answer(run.Result{Status: spec.StatusOK,
 		Files: []workspace.File{
 			{Path: "out/data.csv", Size: 4, Data: []byte("a,b\n")},
 			{Path: "top.txt", Size: 2, Data: []byte("hi")},
@@ -333,9 +334,9 @@ func TestCannotConnect(t *testing.T) {
 func ruffAnswer(findings, formatted string) func(context.Context, *run.Request) (*run.Result, error) {
 	return func(_ context.Context, req *run.Request) (*run.Result, error) {
 		if len(req.Command) > 1 && req.Command[1] == "format" {
-			return &run.Result{Status: run.StatusOK, Stdout: []byte(formatted)}, nil
+			return &run.Result{Status: spec.StatusOK, Stdout: []byte(formatted)}, nil
 		}
-		return &run.Result{Status: run.StatusOK, Stdout: []byte(findings)}, nil // ruff check --exit-zero
+		return &run.Result{Status: spec.StatusOK, Stdout: []byte(findings)}, nil // ruff check --exit-zero
 	}
 }
 

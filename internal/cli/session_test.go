@@ -17,6 +17,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/server/servertest"
 	"github.com/jaild/jaild/internal/workspace"
@@ -36,7 +37,7 @@ func callAnswer(h *servertest.Harness, answer func(ctx context.Context, code str
 		mu.Unlock()
 		res := answer(ctx, c.Code)
 		if res.Status == "" {
-			res.Status = run.StatusOK
+			res.Status = spec.StatusOK
 		}
 		emit(c.Hooks, &res.Result)
 		if res.Ended {
@@ -165,21 +166,21 @@ func TestSessionExecOutput(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"ok, the value printed once", run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("42\n"), ResultRepr: strp("42")}},
+		{"ok, the value printed once", run.CallResult{Result: run.Result{Status: spec.StatusOK, Stdout: []byte("42\n"), ResultRepr: strp("42")}},
 			0, "42\n", ""},
-		{"exception", run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Stderr: []byte("Traceback\nNameError: x\n"),
+		{"exception", run.CallResult{Result: run.Result{Status: spec.StatusError, ExitCode: 1, Stderr: []byte("Traceback\nNameError: x\n"),
 			Exception: &runner.Exception{Type: "NameError", Message: "x"}}},
 			1, "", "Traceback\nNameError: x\njailctl: NameError: x\n"},
-		{"timeout, state lost", run.CallResult{Result: run.Result{Status: run.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: []byte("a\n")},
+		{"timeout, state lost", run.CallResult{Result: run.Result{Status: spec.StatusTimeout, Signal: 9, ExitCode: -1, TimedOut: true, Stdout: []byte("a\n")},
 			StateLost: true, LostReason: "timeout"},
 			124, "a\n", "jailctl: Execution terminated after 10 seconds (the time limit).\n" +
 				"jailctl: the session's interpreter was restarted (the call timed out and did not stop at the interrupt): variables and imports are gone; files are kept\n"},
-		{"memory, state lost", run.CallResult{Result: run.Result{Status: run.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1},
+		{"memory, state lost", run.CallResult{Result: run.Result{Status: spec.StatusMemoryLimit, OOMKilled: true, Signal: 9, ExitCode: -1},
 			StateLost: true, LostReason: "memory_limit"},
 			137, "", "jailctl: Memory limit of 512 MB exceeded; the process was killed.\n" +
 				"jailctl: the session's interpreter was restarted (the memory limit): variables and imports are gone; files are kept\n"},
-		{"ended", run.CallResult{Result: run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1},
-			StateLost: true, LostReason: "crashed", Ended: true, EndReason: run.EndLosses},
+		{"ended", run.CallResult{Result: run.Result{Status: spec.StatusKilled, Signal: 9, ExitCode: -1},
+			StateLost: true, LostReason: "crashed", Ended: true, EndReason: spec.EndLosses},
 			137, "", "jailctl: Process killed by signal 9 (SIGKILL).\n" +
 				"jailctl: the session has ended (repeated_losses: its interpreter was lost in too many calls in a row)\n"},
 	}
@@ -200,7 +201,7 @@ func TestSessionExecRequest(t *testing.T) {
 	var call run.Call
 	h.Engine.SessionExec = func(_ context.Context, c *run.Call) (*run.CallResult, error) {
 		call = *c
-		return &run.CallResult{Result: run.Result{Status: run.StatusOK, Files: []workspace.File{{Path: "out.txt", Size: 2, Data: []byte("hi")}}}}, nil
+		return &run.CallResult{Result: run.Result{Status: spec.StatusOK, Files: []workspace.File{{Path: "out.txt", Size: 2, Data: []byte("hi")}}}}, nil
 	}
 	id := newSession(t, h)
 	dir := t.TempDir()
@@ -463,7 +464,7 @@ func TestSessionExecCtrlCInterrupts(t *testing.T) {
 	callAnswer(h, func(context.Context, string) run.CallResult {
 		sigs <- os.Interrupt
 		interrupted(h)
-		return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1,
+		return run.CallResult{Result: run.Result{Status: spec.StatusError, ExitCode: 1,
 			Stderr: []byte("Traceback\nKeyboardInterrupt\n"), Exception: exception("KeyboardInterrupt")}}
 	})
 	r := jailctl(t, h.Socket, "", "session", "exec", newSession(t, h), "-c", "while True: pass")
@@ -532,12 +533,12 @@ func TestReplScript(t *testing.T) {
 	h, calls := replCalls(t, func(_ context.Context, code string) run.CallResult {
 		switch code {
 		case "print(x)\n":
-			return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("5\n")}}
+			return run.CallResult{Result: run.Result{Status: spec.StatusOK, Stdout: []byte("5\n")}}
 		case "x\n":
 			// The runner prints the value; result repeats it.
-			return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("5\n"), ResultRepr: strp("5")}}
+			return run.CallResult{Result: run.Result{Status: spec.StatusOK, Stdout: []byte("5\n"), ResultRepr: strp("5")}}
 		case "1/0\n":
-			return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1,
+			return run.CallResult{Result: run.Result{Status: spec.StatusError, ExitCode: 1,
 				Stderr: []byte("ZeroDivisionError: division by zero\n"), Exception: &runner.Exception{Type: "ZeroDivisionError", Message: "division by zero"}}}
 		}
 		return run.CallResult{}
@@ -575,7 +576,7 @@ func TestReplAttached(t *testing.T) {
 
 func TestReplSessionEnds(t *testing.T) {
 	h, calls := replCalls(t, func(context.Context, string) run.CallResult {
-		return run.CallResult{Result: run.Result{Status: run.StatusKilled, Signal: 9, ExitCode: -1}, Ended: true, EndReason: run.EndLosses}
+		return run.CallResult{Result: run.Result{Status: spec.StatusKilled, Signal: 9, ExitCode: -1}, Ended: true, EndReason: spec.EndLosses}
 	})
 	r := jailctl(t, h.Socket, "a\nb\n", "repl")
 	if r.code != 1 || !strings.Contains(r.stderr, "jailctl: the session has ended (repeated_losses") {
@@ -595,9 +596,9 @@ func TestReplCtrlC(t *testing.T) {
 		if code == "while True: pass\n" {
 			sigs <- os.Interrupt
 			interrupted(h)
-			return run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Stderr: []byte("KeyboardInterrupt\n"), Exception: exception("KeyboardInterrupt")}}
+			return run.CallResult{Result: run.Result{Status: spec.StatusError, ExitCode: 1, Stderr: []byte("KeyboardInterrupt\n"), Exception: exception("KeyboardInterrupt")}}
 		}
-		return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("ran\n")}}
+		return run.CallResult{Result: run.Result{Status: spec.StatusOK, Stdout: []byte("ran\n")}}
 	})
 	pr, pw := io.Pipe()
 	var out, errOut bytes.Buffer
@@ -632,7 +633,7 @@ func TestReplAbandonGoesOn(t *testing.T) {
 			sigs <- os.Interrupt
 			<-ctx.Done()
 		}
-		return run.CallResult{Result: run.Result{Status: run.StatusOK, Stdout: []byte("ran " + code)}}
+		return run.CallResult{Result: run.Result{Status: spec.StatusOK, Stdout: []byte("ran " + code)}}
 	})
 	r := jailctl(t, h.Socket, "slow()\nafter()\n", "repl")
 	if r.code != 0 || r.stdout != "ran after()\n" || !strings.Contains(r.stderr, "jailctl: call abandoned") {

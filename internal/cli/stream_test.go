@@ -14,6 +14,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -69,7 +70,7 @@ func TestExecStreamsOutput(t *testing.T) {
 		req.Hooks.Output(2, []byte("warn\n"))
 		waitSeen(t, stdout.seen, stderr.seen)
 		req.Hooks.Output(1, []byte("tick 2"))
-		return &run.Result{Status: run.StatusTimeout, TimedOut: true, Signal: 9, ExitCode: -1, StdoutTruncated: true,
+		return &run.Result{Status: spec.StatusTimeout, TimedOut: true, Signal: 9, ExitCode: -1, StdoutTruncated: true,
 			Figures: []workspace.Figure{{Name: "figure_1.png", Data: []byte("\x89PNG")}}}, nil
 	}
 	dir := t.TempDir()
@@ -126,7 +127,7 @@ func TestSessionExecStreams(t *testing.T) {
 		sigs <- os.Interrupt
 		<-h.Engine.Sessions()[0].Interrupted()
 		c.Hooks.Output(2, []byte("KeyboardInterrupt\n"))
-		return &run.CallResult{Result: run.Result{Status: run.StatusError, ExitCode: 1, Exception: exception("KeyboardInterrupt")}}, nil
+		return &run.CallResult{Result: run.Result{Status: spec.StatusError, ExitCode: 1, Exception: exception("KeyboardInterrupt")}}, nil
 	}
 	id := newSession(t, h)
 	var stderr bytes.Buffer
@@ -144,7 +145,7 @@ func TestReplStreams(t *testing.T) {
 		c.Hooks.OnStart("r1", false)
 		c.Hooks.Output(1, []byte("a\n"))
 		c.Hooks.Output(1, []byte("b\n"))
-		return &run.CallResult{Result: run.Result{Status: run.StatusOK}}, nil
+		return &run.CallResult{Result: run.Result{Status: spec.StatusOK}}, nil
 	}
 	if r := jailctl(t, h.Socket, "x\ny\n", "repl"); r.code != 0 || r.stdout != "a\nb\na\nb\n" || r.stderr != "" {
 		t.Errorf("got %+v", r)

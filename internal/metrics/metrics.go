@@ -80,7 +80,7 @@ type Image struct {
 
 // Run is what the server knows of a run at its end.
 type Run struct {
-	Status string // the run's status (run.Status)
+	Status string // the run's status (spec.Status)
 	Warm   bool   // served by a warm jail
 	// Pooled: the run could have been served by the pool (a one-shot
 	// run; a session's call runs in the session's jail), so it counts
@@ -119,7 +119,7 @@ var (
 	runBuckets   = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 )
 
-// statuses are run.Status's values, created at zero so that a rate over
+// statuses are spec.Status's values, created at zero so that a rate over
 // them has a series from the start.
 var statuses = []string{"ok", "error", "timeout", "memory_limit", "cpu_limit", "output_limit", "killed"}
 

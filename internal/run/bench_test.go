@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // BenchmarkRunPrint measures one cold jail end to end: create, run
@@ -16,7 +17,7 @@ func BenchmarkRunPrint(b *testing.B) {
 	req := &Request{Code: "print(1)\n", Limits: jail.DefaultLimits()}
 	for b.Loop() {
 		res, err := testEngine.Run(context.Background(), req)
-		if err != nil || res.Status != StatusOK {
+		if err != nil || res.Status != spec.StatusOK {
 			b.Fatalf("run: %v %+v", err, res)
 		}
 	}
@@ -40,7 +41,7 @@ func BenchmarkSessionCall(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		r, err := ss.Exec(context.Background(), c)
-		if err != nil || r.Status != StatusOK {
+		if err != nil || r.Status != spec.StatusOK {
 			b.Fatalf("%v %+v", err, r)
 		}
 	}

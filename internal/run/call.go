@@ -15,6 +15,7 @@ import (
 	"github.com/jaild/jaild/internal/egress"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
 )
@@ -110,9 +111,9 @@ func (sc *sessionCall) begin() error {
 	select {
 	case rep := <-ss.events:
 		if rep.Kind == runner.ReportExit {
-			sc.lostBefore = LostExited
+			sc.lostBefore = spec.LostExited
 			if rep.Signal != 0 {
-				sc.lostBefore = LostCrashed
+				sc.lostBefore = spec.LostCrashed
 			}
 			ss.restart()
 			if ss.isEnded() {
@@ -148,7 +149,7 @@ func (sc *sessionCall) prepare() error {
 	job := runner.Job{
 		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", sc.cs.n), LastLineInteractive: c.LastLineInteractive,
 		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
-		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+InterruptGrace+time.Second-1)/time.Second) + 1,
+		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+spec.InterruptGrace+time.Second-1)/time.Second) + 1,
 	}
 	if sc.fresh {
 		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
@@ -229,7 +230,7 @@ func (sc *sessionCall) thaw() error {
 func (sc *sessionCall) send() {
 	sc.start = time.Now()
 	wrote := make(chan error, 1)
-	deadline := sc.start.Add(sc.c.Timeout + InterruptGrace + time.Second)
+	deadline := sc.start.Add(sc.c.Timeout + spec.InterruptGrace + time.Second)
 	go func() {
 		w := sc.ss.st.p.jobW
 		_ = w.SetWriteDeadline(deadline)
@@ -242,7 +243,7 @@ func (sc *sessionCall) send() {
 // wait returns at the call's end record, init's exit report or the
 // session's end. Meanwhile the timeout, the output bound, the client's
 // going and Interrupt interrupt the code, and an interpreter that would
-// not stop within InterruptGrace is killed.
+// not stop within spec.InterruptGrace is killed.
 func (sc *sessionCall) wait(ctx context.Context) {
 	ss := sc.ss
 	timer := time.NewTimer(sc.c.Timeout)
@@ -267,13 +268,13 @@ func (sc *sessionCall) wait(ctx context.Context) {
 			sc.wrote = nil
 		case <-timer.C:
 			sc.res.TimedOut = true
-			sc.interruptFor(LostTimeout)
+			sc.interruptFor(spec.LostTimeout)
 		case <-sc.overflow:
 			sc.overflow = nil
-			sc.interruptFor(LostOutput)
+			sc.interruptFor(spec.LostOutput)
 		case <-ctx.Done():
 			sc.res.Cancelled = true
-			sc.interruptFor(LostCancelled)
+			sc.interruptFor(spec.LostCancelled)
 			ctx = context.Background()
 		case <-ss.interrupt:
 			sc.sigint()
@@ -293,7 +294,7 @@ func (sc *sessionCall) wait(ctx context.Context) {
 		case <-sc.killWait:
 			// init neither reported the kill nor ended: give up the jail.
 			ss.s.log.Error("session interpreter not reported dead after SIGKILL; ending the session", "id", sc.j.ID())
-			ss.end(EndRestartError)
+			ss.end(spec.EndRestartError)
 			sc.killWait = nil
 		}
 	}
@@ -336,7 +337,7 @@ func (sc *sessionCall) interruptFor(why string) {
 	}
 	sc.interrupted, sc.cause = true, why
 	sc.sigint()
-	sc.grace = time.After(InterruptGrace)
+	sc.grace = time.After(spec.InterruptGrace)
 }
 
 // collect takes the call's output, its figures of usage and its records.
@@ -395,15 +396,15 @@ func (sc *sessionCall) settle() {
 		res.StateLost = true
 		switch {
 		case res.OOMKilled:
-			res.LostReason = LostMemory
+			res.LostReason = spec.LostMemory
 		case sc.killed:
 			res.LostReason = sc.cause
 		case sig == int(unix.SIGXCPU) || sig == int(unix.SIGKILL) && res.CPUTime >= sc.c.Timeout:
-			res.LostReason = LostCPU
+			res.LostReason = spec.LostCPU
 		case sig != 0:
-			res.LostReason = LostCrashed
+			res.LostReason = spec.LostCrashed
 		default:
-			res.LostReason = LostExited
+			res.LostReason = spec.LostExited
 		}
 		ss.restart()
 	default: // the session ended under the call
@@ -429,7 +430,7 @@ func (sc *sessionCall) finish() {
 		frozen := true
 		if err := freeze(j); err != nil && !ss.isEnded() {
 			ss.s.log.Error("freeze session; ending it", "id", j.ID(), "err", err)
-			ss.end(EndFreezeFailed)
+			ss.end(spec.EndFreezeFailed)
 			frozen = false
 		}
 		switch {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/runner"
 	"github.com/jaild/jaild/internal/workspace"
 )
@@ -187,19 +188,19 @@ func (w outputWriter) Write(p []byte) (int, error) {
 func status(r *Result, outputLimit bool, cpuSoft time.Duration) Status {
 	switch {
 	case r.TimedOut:
-		return StatusTimeout
+		return spec.StatusTimeout
 	case r.OOMKilled:
-		return StatusMemoryLimit
+		return spec.StatusMemoryLimit
 	case outputLimit:
-		return StatusOutputLimit
+		return spec.StatusOutputLimit
 	case r.Cancelled:
-		return StatusKilled
+		return spec.StatusKilled
 	case r.Signal == int(unix.SIGXCPU), r.Signal == int(unix.SIGKILL) && cpuSoft > 0 && r.CPUTime >= cpuSoft:
-		return StatusCPULimit
+		return spec.StatusCPULimit
 	case r.Signal != 0:
-		return StatusKilled
+		return spec.StatusKilled
 	case r.ExitCode == 0:
-		return StatusOK
+		return spec.StatusOK
 	}
-	return StatusError
+	return spec.StatusError
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/workspace"
 )
 
@@ -32,7 +33,7 @@ print(os.path.getsize('empty'))
 		r.Files = files
 		r.ReturnFiles = []string{"out.bin", "out/**", "notes.txt", "missing.txt", "*.nothing"}
 	})
-	if res.Status != StatusOK || string(res.Stdout) != "0\n" {
+	if res.Status != spec.StatusOK || string(res.Stdout) != "0\n" {
 		t.Fatalf("status %s stdout %q stderr %s", res.Status, res.Stdout, res.Stderr)
 	}
 	got := map[string]workspace.File{}
@@ -77,7 +78,7 @@ open('out/sparse', 'w').close(); os.truncate('out/sparse', 60 << 20)  # sparse: 
 open('out/ok.txt', 'w').write('fine')
 `
 	res := run(t, code, func(r *Request) { r.ReturnFiles = []string{"out/**", "py"} })
-	if res.Status != StatusOK {
+	if res.Status != spec.StatusOK {
 		t.Fatalf("status %s stderr %s", res.Status, res.Stderr)
 	}
 	if out := string(res.Stdout); !strings.Contains(out, "mknod 1\n") || strings.Contains(out, "LINKED") {

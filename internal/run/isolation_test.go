@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 const isolationProbe = `
@@ -57,7 +58,7 @@ print(json.dumps(out))
 
 func TestJailIsolation(t *testing.T) {
 	res := run(t, isolationProbe)
-	if res.Status != StatusOK {
+	if res.Status != spec.StatusOK {
 		t.Fatalf("probe failed: status %s exit %d\nstderr: %s", res.Status, res.ExitCode, res.Stderr)
 	}
 	var got struct {

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 func TestJailMemoryLimit(t *testing.T) {
 	res := run(t, "x = []\nwhile True: x.append(bytearray(16 << 20))\n", withLimits(func(l *jail.Limits) { l.MemoryBytes = 128 << 20 }))
-	if res.Status != StatusMemoryLimit || !res.OOMKilled {
+	if res.Status != spec.StatusMemoryLimit || !res.OOMKilled {
 		t.Errorf("status %s oom_killed %v signal %d, want memory_limit with the OOM flag\nstderr: %s", res.Status, res.OOMKilled, res.Signal, res.Stderr)
 	}
 	if res.PeakMemoryBytes < 100<<20 || res.PeakMemoryBytes > 129<<20 {
@@ -45,7 +46,7 @@ print(n, err, flush=True)
 	if errno != 11 || n >= 32 || n < 16 {
 		t.Errorf("forked %d children then errno %d; want EAGAIN (11) just under the pids limit of 32", n, errno)
 	}
-	if res.Status != StatusOK {
+	if res.Status != spec.StatusOK {
 		t.Errorf("status %s, want ok once the parent exits (children die with the jail)", res.Status)
 	}
 }
@@ -53,7 +54,7 @@ print(n, err, flush=True)
 func TestJailTimeoutBusyLoop(t *testing.T) {
 	res := run(t, "import signal\nfor s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\nwhile True: pass\n",
 		withLimits(func(l *jail.Limits) { l.Timeout = 1500 * time.Millisecond }))
-	if res.Status != StatusTimeout || !res.TimedOut || res.Signal != 9 {
+	if res.Status != spec.StatusTimeout || !res.TimedOut || res.Signal != 9 {
 		t.Errorf("status %s timed_out %v signal %d, want timeout by SIGKILL", res.Status, res.TimedOut, res.Signal)
 	}
 	if !near(res.Duration, 1500*time.Millisecond, 700*time.Millisecond) {
@@ -66,7 +67,7 @@ func TestJailTimeoutBusyLoop(t *testing.T) {
 
 func TestJailTimeoutSleep(t *testing.T) {
 	res := run(t, "import time\ntime.sleep(10**6)\n", withLimits(func(l *jail.Limits) { l.Timeout = time.Second }))
-	if res.Status != StatusTimeout || !res.TimedOut {
+	if res.Status != spec.StatusTimeout || !res.TimedOut {
 		t.Errorf("status %s timed_out %v, want timeout", res.Status, res.TimedOut)
 	}
 	if !near(res.Duration, time.Second, 700*time.Millisecond) {
@@ -79,17 +80,17 @@ func TestJailTimeoutSleep(t *testing.T) {
 
 func TestJailOutputFlood(t *testing.T) {
 	res := run(t, "import sys\nwhile True: sys.stdout.write('x' * 65536)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 100000 }))
-	if res.Status != StatusOutputLimit || !res.StdoutTruncated || len(res.Stdout) != 100000 {
+	if res.Status != spec.StatusOutputLimit || !res.StdoutTruncated || len(res.Stdout) != 100000 {
 		t.Errorf("status %s truncated %v len %d, want output_limit with exactly 100000 bytes kept", res.Status, res.StdoutTruncated, len(res.Stdout))
 	}
 	// One exact 1,000,000-byte line under the cap comes back whole.
 	res = run(t, "print('a' * 1_000_000)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 2 << 20 }))
-	if res.Status != StatusOK || len(res.Stdout) != 1_000_001 || res.StdoutTruncated {
+	if res.Status != spec.StatusOK || len(res.Stdout) != 1_000_001 || res.StdoutTruncated {
 		t.Errorf("1 MB line: status %s, %d bytes, truncated %v", res.Status, len(res.Stdout), res.StdoutTruncated)
 	}
 	// A stderr flood with a silent stdout is capped the same way.
 	res = run(t, "import os\nwhile True: os.write(2, b'\\xff' * 4096)\n", withLimits(func(l *jail.Limits) { l.OutputBytes = 50000 }))
-	if res.Status != StatusOutputLimit || !res.StderrTruncated || len(res.Stderr) != 50000 || len(res.Stdout) != 0 {
+	if res.Status != spec.StatusOutputLimit || !res.StderrTruncated || len(res.Stderr) != 50000 || len(res.Stdout) != 0 {
 		t.Errorf("stderr flood: status %s truncated %v stderr %d stdout %d", res.Status, res.StderrTruncated, len(res.Stderr), len(res.Stdout))
 	}
 }
@@ -116,7 +117,7 @@ except OSError as e: print('inodes', e.errno)
 func TestJailFileSizeLimit(t *testing.T) {
 	res := run(t, "try:\n    open('f', 'wb').write(b'x' * (3 << 20))\nexcept OSError as e: print(e.errno)\n",
 		withLimits(func(l *jail.Limits) { l.FileSizeBytes = 1 << 20 }))
-	if strings.TrimSpace(string(res.Stdout)) != "27" || res.Status != StatusOK {
+	if strings.TrimSpace(string(res.Stdout)) != "27" || res.Status != spec.StatusOK {
 		t.Errorf("output %q status %s, want EFBIG (27) raised, not a SIGXFSZ death\nstderr: %s", res.Stdout, res.Status, res.Stderr)
 	}
 }
@@ -135,7 +136,7 @@ print('parent done')
 `
 	start := time.Now()
 	res := run(t, code) // run checks that no process is left in the jails' uid range
-	if res.Status != StatusOK || string(res.Stdout) != "parent done\n" {
+	if res.Status != spec.StatusOK || string(res.Stdout) != "parent done\n" {
 		t.Errorf("status %s stdout %q", res.Status, res.Stdout)
 	}
 	if time.Since(start) > 5*time.Second {
@@ -152,7 +153,7 @@ func TestJailCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNoLeaks(t, res.ID)
-	if !res.Cancelled || res.Status != StatusKilled || time.Since(start) > 3*time.Second {
+	if !res.Cancelled || res.Status != spec.StatusKilled || time.Since(start) > 3*time.Second {
 		t.Errorf("cancelled %v status %s after %v, want killed within about a second", res.Cancelled, res.Status, time.Since(start))
 	}
 }
@@ -173,11 +174,11 @@ func TestJailKillAll(t *testing.T) {
 	// the caller itself, and nothing outside the jail.
 	res := run(t, "import os, signal, time\nchild = os.fork()\nif child == 0:\n    time.sleep(60)\n    os._exit(0)\n"+
 		"os.kill(-1, signal.SIGKILL)\nprint('child', os.waitpid(child, 0)[1])\n")
-	if res.Status != StatusOK || string(res.Stdout) != "child 9\n" {
+	if res.Status != spec.StatusOK || string(res.Stdout) != "child 9\n" {
 		t.Errorf("kill(-1, SIGKILL): status %s stdout %q stderr %s, want the forked child killed by 9", res.Status, res.Stdout, res.Stderr)
 	}
 	res = run(t, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-	if res.Status != StatusKilled || res.Signal != 9 {
+	if res.Status != spec.StatusKilled || res.Signal != 9 {
 		t.Errorf("self SIGKILL: status %s signal %d, want killed by 9", res.Status, res.Signal)
 	}
 }

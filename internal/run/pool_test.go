@@ -16,6 +16,7 @@ import (
 
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // newPoolEngine starts a second engine whose pool keeps one warm jail
@@ -99,7 +100,7 @@ os.environ['LEFT'] = '1'
 subprocess.Popen(['sleep', '300'], start_new_session=True)
 print('numpy' in sys.modules, 'pandas' in sys.modules)
 `)
-	if res.Status != StatusOK || string(res.Stdout) != "True True\n" {
+	if res.Status != spec.StatusOK || string(res.Stdout) != "True True\n" {
 		t.Fatalf("first run: %s %q %s", res.Status, res.Stdout, res.Stderr)
 	}
 	res = runWarm(t, e, `
@@ -124,11 +125,11 @@ print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.env
 		t.Errorf("limits in a warm jail: %q %s (%v)", res.Stdout, res.Stderr, err)
 	}
 	res = runWarm(t, e, "x = bytearray(700 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", withLimits(func(l *jail.Limits) { l.MemoryBytes = 400 << 20 }))
-	if res.Status != StatusMemoryLimit || !res.OOMKilled {
+	if res.Status != spec.StatusMemoryLimit || !res.OOMKilled {
 		t.Errorf("memory limit in a warm jail: status %s oom %v", res.Status, res.OOMKilled)
 	}
 	res = runWarm(t, e, "while True: pass\n", withLimits(func(l *jail.Limits) { l.Timeout = time.Second }))
-	if res.Status != StatusTimeout || res.Duration > 2500*time.Millisecond {
+	if res.Status != spec.StatusTimeout || res.Duration > 2500*time.Millisecond {
 		t.Errorf("timeout in a warm jail: status %s after %v", res.Status, res.Duration)
 	}
 	// Files in, and a workspace resized for the request.
@@ -149,7 +150,7 @@ print(os.path.exists('/tmp/left'), os.path.exists('left'), json.dumps(1), os.env
 		req := &Request{Code: "print(1)", Limits: jail.DefaultLimits()}
 		l(&req.Limits)
 		res, err := e.Run(context.Background(), req)
-		if err != nil || res.Warm || res.Status != StatusOK {
+		if err != nil || res.Warm || res.Status != spec.StatusOK {
 			t.Errorf("request outside the pool: warm %v status %v err %v", res != nil && res.Warm, res, err)
 		}
 	}
@@ -173,7 +174,7 @@ func TestJailWarmPoolKinds(t *testing.T) {
 		{"preloaded (from)", probe + "x = 1; from numpy import linalg\n", "['ast', 'numpy', 'traceback']\n"},
 	} {
 		res := runWarm(t, e, c.code)
-		if res.Status != StatusOK || string(res.Stdout) != c.want {
+		if res.Status != spec.StatusOK || string(res.Stdout) != c.want {
 			t.Errorf("%s: %s %q, want %q; %s", c.name, res.Status, res.Stdout, c.want, res.Stderr)
 		}
 	}
@@ -182,7 +183,7 @@ func TestJailWarmPoolKinds(t *testing.T) {
 	for e.PoolStats().PlainReady+e.PoolStats().Ready < 2 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if res := runWarm(t, e, "print(1)"); res.Status != StatusOK {
+	if res := runWarm(t, e, "print(1)"); res.Status != spec.StatusOK {
 		t.Fatal(res.Status)
 	}
 	res, err := e.Run(context.Background(), &Request{Code: probe, Limits: jail.DefaultLimits()})
@@ -245,7 +246,7 @@ func TestSessionFromWarmPool(t *testing.T) {
 	if r.Count != 1 {
 		t.Errorf("the first call that ran is number %d", r.Count)
 	}
-	if r.Status != StatusOK || r.ResultRepr == nil || *r.ResultRepr != fmt.Sprintf("(%d, %d)", l.Pids, l.Pids) {
+	if r.Status != spec.StatusOK || r.ResultRepr == nil || *r.ResultRepr != fmt.Sprintf("(%d, %d)", l.Pids, l.Pids) {
 		t.Fatalf("first call: %+v stderr %s", r, r.Stderr)
 	}
 	if r = exec("x"); r.ResultRepr == nil || *r.ResultRepr != "'inhi'" {
@@ -294,7 +295,7 @@ func TestJailWarmCommand(t *testing.T) {
 	stderr := func(ign uint64) string { return fmt.Sprintf("SigIgn:\t%016x\nunset\n", ign) }
 	const stdout = "code\n100\nSigBlk:\t0000000000000000\n0\n1\n2\n3\n1\n"
 	warm := runWarm(t, e, "", with)
-	if warm.Status != StatusError || warm.ExitCode != 3 || string(warm.Stdout) != stdout || string(warm.Stderr) != stderr(ignored&^restored) || warm.Exception != nil {
+	if warm.Status != spec.StatusError || warm.ExitCode != 3 || string(warm.Stdout) != stdout || string(warm.Stderr) != stderr(ignored&^restored) || warm.Exception != nil {
 		t.Errorf("warm: %s exit %d stdout %q stderr %q exception %v; want stderr %q", warm.Status, warm.ExitCode, warm.Stdout, warm.Stderr, warm.Exception, stderr(ignored&^restored))
 	}
 	if s := e.PoolStats(); s.Ready != 1 {

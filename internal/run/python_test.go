@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 func TestJailPackagesImport(t *testing.T) {
@@ -33,7 +34,7 @@ print(subprocess.run(['ruff', '--version'], capture_output=True, text=True).stdo
 `
 	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 5 * time.Minute }))
 	want := "22 imported\n499500 5.0\n2.0\n1.414214\nruff\n"
-	if res.Status != StatusOK || string(res.Stdout) != want {
+	if res.Status != spec.StatusOK || string(res.Stdout) != want {
 		t.Errorf("status %s\nstdout %q\nwant   %q\nstderr %s", res.Status, res.Stdout, want, res.Stderr)
 	}
 }
@@ -47,7 +48,7 @@ fig = plt.figure()
 plt.bar(['a', 'b'], [3, 5])
 `
 	res := run(t, code, withLimits(func(l *jail.Limits) { l.Timeout = 3 * time.Minute }))
-	if res.Status != StatusOK {
+	if res.Status != spec.StatusOK {
 		t.Fatalf("status %s\nstderr %s", res.Status, res.Stderr)
 	}
 	if len(res.Figures) != 2 {
@@ -67,7 +68,7 @@ plt.bar(['a', 'b'], [3, 5])
 
 func TestJailException(t *testing.T) {
 	res := run(t, "x = 1\ny = 0\nprint(x / y)\n")
-	if res.Status != StatusError || res.ExitCode != 1 {
+	if res.Status != spec.StatusError || res.ExitCode != 1 {
 		t.Errorf("status %s exit %d, want error/1", res.Status, res.ExitCode)
 	}
 	if res.Exception == nil || res.Exception.Type != "ZeroDivisionError" || res.Exception.Line != 3 {
@@ -83,7 +84,7 @@ func TestJailException(t *testing.T) {
 	}
 
 	res = run(t, "import sys\nsys.exit(3)\n")
-	if res.Status != StatusError || res.ExitCode != 3 || res.Exception != nil {
+	if res.Status != spec.StatusError || res.ExitCode != 3 || res.Exception != nil {
 		t.Errorf("sys.exit(3): status %s exit %d exception %+v", res.Status, res.ExitCode, res.Exception)
 	}
 

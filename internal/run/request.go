@@ -14,26 +14,3 @@ type (
 	Status     = spec.Status
 	Result     = spec.Result
 )
-
-// Bounds on the request's own shape.
-const (
-	MaxFiles        = spec.MaxFiles
-	MaxPatterns     = spec.MaxPatterns
-	MaxEnvVars      = spec.MaxEnvVars
-	MaxEnvNameBytes = spec.MaxEnvNameBytes
-	MaxEnvValBytes  = spec.MaxEnvValBytes
-)
-
-// Statuses, most specific first in the order Run decides them.
-const (
-	StatusOK          = spec.StatusOK
-	StatusError       = spec.StatusError
-	StatusTimeout     = spec.StatusTimeout
-	StatusMemoryLimit = spec.StatusMemoryLimit
-	StatusCPULimit    = spec.StatusCPULimit
-	StatusOutputLimit = spec.StatusOutputLimit
-	StatusKilled      = spec.StatusKilled
-)
-
-// ValidateEnv checks caller-supplied variables (see spec.ValidateEnv).
-func ValidateEnv(env map[string]string) error { return spec.ValidateEnv(env) }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/seccomp"
 )
 
@@ -32,7 +33,7 @@ func TestJailSeccompDenies(t *testing.T) {
 	}
 	stdin := seccomp.ProberInput(probes)
 	res := run(t, seccomp.ProberScript, func(r *Request) { r.Stdin = stdin; r.Limits.Pids = 16 })
-	if res.Status != StatusOK {
+	if res.Status != spec.StatusOK {
 		t.Fatalf("prober: status %s\nstderr %s", res.Status, res.Stderr)
 	}
 	var got []seccomp.ProbeOutcome

@@ -14,6 +14,7 @@ import (
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/pool"
 	"github.com/jaild/jaild/internal/rootfs"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // Config configures a Service.
@@ -106,7 +107,7 @@ func (s *Service) Close() error {
 	}
 	s.mu.Unlock()
 	for _, ss := range live {
-		ss.end(EndShutdown)
+		ss.end(spec.EndShutdown)
 	}
 	s.pool.Close()
 	s.running.Wait()

@@ -37,28 +37,8 @@ type (
 	CallResult  = spec.CallResult
 )
 
-// Reasons a session's interpreter was lost or the session ended.
-const (
-	LostTimeout     = spec.LostTimeout
-	LostMemory      = spec.LostMemory
-	LostCPU         = spec.LostCPU
-	LostOutput      = spec.LostOutput
-	LostCancelled   = spec.LostCancelled
-	LostCrashed     = spec.LostCrashed
-	LostExited      = spec.LostExited
-	EndLosses       = spec.EndLosses
-	EndJailEnded    = spec.EndJailEnded
-	EndClosed       = spec.EndClosed
-	EndShutdown     = spec.EndShutdown
-	EndFreezeFailed = spec.EndFreezeFailed
-	EndRestartError = spec.EndRestartError
-)
-
 // Session tunables.
 const (
-	// InterruptGrace is how long code has to get back to the prompt
-	// after SIGINT before its interpreter is killed.
-	InterruptGrace = spec.InterruptGrace
 	// MaxLosses in a row end a session.
 	MaxLosses = 3
 	// restartTimeout bounds a fresh interpreter's start by init.
@@ -108,14 +88,14 @@ type callState struct {
 // NewSession makes a session: a warm jail of the pool when one fits, else
 // a jail started for it. The interpreter starts in the background; the
 // first call waits for it.
-func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
-	if err := spec.Limits.Validate(); err != nil {
+func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
+	if err := sp.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	if err := ValidateEnv(spec.Env); err != nil {
+	if err := spec.ValidateEnv(sp.Env); err != nil {
 		return nil, err
 	}
-	im, err := s.image(spec.Image)
+	im, err := s.image(sp.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -126,11 +106,11 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 
 	var st *started
 	warm := false
-	if spec.Network == nil {
-		st, warm = s.takeWarm(im, &Request{Limits: spec.Limits, Env: spec.Env})
+	if sp.Network == nil {
+		st, warm = s.takeWarm(im, &Request{Limits: sp.Limits, Env: sp.Env})
 		if warm {
 			defer s.pool.Kick()
-			if err := s.fit(st, &Request{Limits: spec.Limits, Files: spec.Files}); err != nil {
+			if err := s.fit(st, &Request{Limits: sp.Limits, Files: sp.Files}); err != nil {
 				s.log.Info("warm jail cannot serve the session; using a cold one", "id", st.j.ID(), "err", err)
 				st.Destroy()
 				st, warm = nil, false
@@ -138,7 +118,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		}
 	}
 	if st == nil {
-		if st, err = s.start(im.name, spec.Limits, spec.Network, spec.Files, nil, spec.Env, false, nil, true); err != nil {
+		if st, err = s.start(im.name, sp.Limits, sp.Network, sp.Files, nil, sp.Env, false, nil, true); err != nil {
 			return nil, err
 		}
 	}
@@ -156,7 +136,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 		return nil, fmt.Errorf("session mode: %w", err)
 	}
 	ss := &Session{
-		s: s, st: st, limits: spec.Limits, env: spec.Env, warm: warm, image: im.name, fresh: true,
+		s: s, st: st, limits: sp.Limits, env: sp.Env, warm: warm, image: im.name, fresh: true,
 		ctl:       ctl,
 		stdout:    runner.NewStream(st.p.stdoutR),
 		stderr:    runner.NewStream(st.p.stderrR),
@@ -183,7 +163,7 @@ func (s *Service) NewSession(spec SessionSpec) (_ *Session, retErr error) {
 	go ss.readReports()
 	go func() {
 		<-st.j.Done()
-		ss.end(EndJailEnded)
+		ss.end(spec.EndJailEnded)
 	}()
 	// Not frozen yet: no user code has run in it, and its interpreter
 	// (starting, or waiting for its job) uses no CPU of its own accord. A
@@ -234,7 +214,7 @@ func (ss *Session) end(reason string) {
 
 // Close ends the session: every process is killed and the jail torn down
 // (Service.Idle waits for the teardown).
-func (ss *Session) Close() { ss.end(EndClosed) }
+func (ss *Session) Close() { ss.end(spec.EndClosed) }
 
 // Interrupt sends SIGINT to the call in progress, as Ctrl-C would; it
 // does nothing when no call runs.
@@ -274,21 +254,21 @@ func freeze(j *jail.Jail) error {
 func callStatus(r *CallResult, cause string) Status {
 	switch {
 	case r.TimedOut:
-		return StatusTimeout
+		return spec.StatusTimeout
 	case r.OOMKilled:
-		return StatusMemoryLimit
-	case cause == LostOutput:
-		return StatusOutputLimit
+		return spec.StatusMemoryLimit
+	case cause == spec.LostOutput:
+		return spec.StatusOutputLimit
 	case r.Cancelled || r.Ended && r.Signal != 0:
-		return StatusKilled
-	case r.LostReason == LostCPU:
-		return StatusCPULimit
+		return spec.StatusKilled
+	case r.LostReason == spec.LostCPU:
+		return spec.StatusCPULimit
 	case r.Signal != 0:
-		return StatusKilled
+		return spec.StatusKilled
 	case r.ExitCode == 0:
-		return StatusOK
+		return spec.StatusOK
 	}
-	return StatusError
+	return spec.StatusError
 }
 
 // restart has init start a fresh interpreter after a loss, or ends the
@@ -300,7 +280,7 @@ func (ss *Session) restart() {
 	ss.fresh = true
 	ss.mu.Unlock()
 	if losses >= MaxLosses {
-		ss.end(EndLosses)
+		ss.end(spec.EndLosses)
 		return
 	}
 	ss.command(ss.ctl.Restart)
@@ -316,7 +296,7 @@ func (ss *Session) restart() {
 			return
 		case <-timer.C:
 			ss.s.log.Error("session interpreter did not restart", "id", ss.ID())
-			ss.end(EndRestartError)
+			ss.end(spec.EndRestartError)
 			return
 		}
 	}
@@ -346,7 +326,7 @@ func (ss *Session) readReports() {
 		rep, err := ss.ctl.ReadReport()
 		if errors.Is(err, runner.ErrBadReport) {
 			ss.s.log.Error("session init's report; ending the session", "id", ss.ID(), "err", err)
-			ss.end(EndRestartError)
+			ss.end(spec.EndRestartError)
 			return
 		}
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 func newTestSession(t *testing.T, files ...File) *Session {
@@ -49,27 +50,27 @@ func call(t *testing.T, ss *Session, code string, opts ...func(*Call)) *CallResu
 func TestSessionKeepsState(t *testing.T) {
 	ss := newTestSession(t, File{Path: "in.txt", Data: []byte("data")})
 	r := call(t, ss, "import math\nx = 41\nopen('out.txt', 'w').write(open('in.txt').read())\nprint('one')")
-	if r.Status != StatusOK || string(r.Stdout) != "one\n" || r.Count != 1 {
+	if r.Status != spec.StatusOK || string(r.Stdout) != "one\n" || r.Count != 1 {
 		t.Fatalf("call 1: %+v stderr %s", r, r.Stderr)
 	}
 	r = call(t, ss, "print(open('out.txt').read(), math.floor(2.5))\nx + 1")
-	if r.Status != StatusOK || string(r.Stdout) != "data 2\n42\n" || r.ResultRepr == nil || *r.ResultRepr != "42" || r.Count != 2 {
+	if r.Status != spec.StatusOK || string(r.Stdout) != "data 2\n42\n" || r.ResultRepr == nil || *r.ResultRepr != "42" || r.Count != 2 {
 		t.Fatalf("call 2: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
 	}
 	r = call(t, ss, "import sys\nprint('bye')\nsys.exit(3)")
-	if r.Status != StatusError || r.ExitCode != 3 || r.StateLost || string(r.Stdout) != "bye\n" {
+	if r.Status != spec.StatusError || r.ExitCode != 3 || r.StateLost || string(r.Stdout) != "bye\n" {
 		t.Fatalf("call 3: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
 	}
 	r = call(t, ss, "x", func(c *Call) { c.Stdin = []byte("in\n") })
-	if r.Status != StatusOK || r.ResultRepr == nil || *r.ResultRepr != "41" {
+	if r.Status != spec.StatusOK || r.ResultRepr == nil || *r.ResultRepr != "41" {
 		t.Fatalf("call 4: %+v stderr %s", r, r.Stderr)
 	}
 	r = call(t, ss, "print(input())", func(c *Call) { c.Stdin = []byte("héllo\xff\n") })
-	if r.Status != StatusOK || !strings.HasPrefix(string(r.Stdout), "héllo") {
+	if r.Status != spec.StatusOK || !strings.HasPrefix(string(r.Stdout), "héllo") {
 		t.Fatalf("stdin: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
 	}
 	r = call(t, ss, "1/0")
-	if r.Status != StatusError || r.Exception == nil || r.Exception.Type != "ZeroDivisionError" || r.Exception.Line != 1 {
+	if r.Status != spec.StatusError || r.Exception == nil || r.Exception.Type != "ZeroDivisionError" || r.Exception.Line != 1 {
 		t.Fatalf("exception: %+v", r)
 	}
 }
@@ -78,7 +79,7 @@ func TestSessionTimeoutKeepsState(t *testing.T) {
 	ss := newTestSession(t)
 	call(t, ss, "x = 1")
 	r := call(t, ss, "while True: pass", func(c *Call) { c.Timeout = 500 * time.Millisecond })
-	if r.Status != StatusTimeout || r.StateLost || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" {
+	if r.Status != spec.StatusTimeout || r.StateLost || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" {
 		t.Fatalf("timeout: %+v stderr %s", r, r.Stderr)
 	}
 	r = call(t, ss, "x")
@@ -93,10 +94,10 @@ func TestSessionLosesStateOnlyWhenItMust(t *testing.T) {
 	start := time.Now()
 	r := call(t, ss, "import signal, subprocess\np = subprocess.Popen(['sleep', '1000'])\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
 		func(c *Call) { c.Timeout = 300 * time.Millisecond })
-	if r.Status != StatusTimeout || !r.StateLost || r.LostReason != LostTimeout || r.Ended {
+	if r.Status != spec.StatusTimeout || !r.StateLost || r.LostReason != spec.LostTimeout || r.Ended {
 		t.Fatalf("ignored SIGINT: %+v stderr %s", r, r.Stderr)
 	}
-	if d := time.Since(start); d < InterruptGrace {
+	if d := time.Since(start); d < spec.InterruptGrace {
 		t.Errorf("killed after %v, before the grace", d)
 	}
 	r = call(t, ss, "import os\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()), open('/tmp/kept').read(), open('kept').read())\nx")
@@ -108,15 +109,15 @@ func TestSessionLosesStateOnlyWhenItMust(t *testing.T) {
 		t.Errorf("processes after the loss: %s", r.Stdout)
 	}
 	r = call(t, ss, "import os\nos._exit(7)")
-	if !r.StateLost || r.LostReason != LostExited || r.ExitCode != 7 || r.Ended {
+	if !r.StateLost || r.LostReason != spec.LostExited || r.ExitCode != 7 || r.Ended {
 		t.Fatalf("os._exit: %+v", r)
 	}
 	r = call(t, ss, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
-	if !r.StateLost || r.LostReason != LostCrashed || r.Signal != 11 || r.Ended {
+	if !r.StateLost || r.LostReason != spec.LostCrashed || r.Signal != 11 || r.Ended {
 		t.Fatalf("crash: %+v", r)
 	}
 	r = call(t, ss, "import os\nos._exit(1)")
-	if !r.StateLost || !r.Ended || r.EndReason != EndLosses {
+	if !r.StateLost || !r.Ended || r.EndReason != spec.EndLosses {
 		t.Fatalf("third loss in a row: %+v", r)
 	}
 	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
@@ -128,11 +129,11 @@ func TestSessionMemoryLimit(t *testing.T) {
 	ss := newTestSession(t)
 	call(t, ss, "x = 1")
 	r := call(t, ss, "b = []\nwhile True: b.append(bytearray(16 << 20))")
-	if r.Status != StatusMemoryLimit || !r.StateLost || r.LostReason != LostMemory {
+	if r.Status != spec.StatusMemoryLimit || !r.StateLost || r.LostReason != spec.LostMemory {
 		t.Fatalf("OOM: %+v stderr %s", r, r.Stderr)
 	}
 	r = call(t, ss, "print('alive')")
-	if r.Status != StatusOK || string(r.Stdout) != "alive\n" {
+	if r.Status != spec.StatusOK || string(r.Stdout) != "alive\n" {
 		t.Fatalf("after OOM: %+v stderr %s", r, r.Stderr)
 	}
 }
@@ -151,7 +152,7 @@ func TestSessionInterruptAndConflict(t *testing.T) {
 	ss.Interrupt()
 	select {
 	case r := <-done:
-		if r == nil || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" || r.StateLost || r.Status != StatusError {
+		if r == nil || r.Exception == nil || r.Exception.Type != "KeyboardInterrupt" || r.StateLost || r.Status != spec.StatusError {
 			t.Fatalf("interrupted: %+v", r)
 		}
 	case <-time.After(10 * time.Second):
@@ -187,7 +188,7 @@ func TestSessionCloseLeavesNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
 		t.Errorf("run dir still there: %v", err)
 	}
-	if ss.EndReason() != EndClosed {
+	if ss.EndReason() != spec.EndClosed {
 		t.Errorf("reason %q", ss.EndReason())
 	}
 }

@@ -14,20 +14,21 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 func TestValidateEnv(t *testing.T) {
 	good := map[string]string{"FOO": "bar", "PYTHONPATH": "/workspace/lib", "TZ": "Europe/Paris"}
-	if err := ValidateEnv(good); err != nil {
-		t.Errorf("ValidateEnv(good) = %v", err)
+	if err := spec.ValidateEnv(good); err != nil {
+		t.Errorf("spec.ValidateEnv(good) = %v", err)
 	}
 	for _, env := range []map[string]string{
 		{"LD_PRELOAD": "/x.so"}, {"PATH": "/x"}, {"PYTHONHOME": "/x"}, {"PYTHONSTARTUP": "x"},
 		{"1BAD": "x"}, {"A-B": "x"}, {"A": "x\x00y"}, {"_LIBCONTAINER_INITPIPE": "3"},
 		{"GLIBC_TUNABLES": "glibc.malloc.check=3"}, {"MALLOC_ARENA_MAX": "2"},
 	} {
-		if err := ValidateEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("ValidateEnv(%v) = %v, want ErrInvalid", env, err)
+		if err := spec.ValidateEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("spec.ValidateEnv(%v) = %v, want ErrInvalid", env, err)
 		}
 	}
 }
@@ -72,16 +73,16 @@ func TestStatus(t *testing.T) {
 		output bool
 		want   Status
 	}{
-		{Result{ExitCode: 0}, false, StatusOK},
-		{Result{ExitCode: 1}, false, StatusError},
-		{Result{ExitCode: -1, Signal: xcpu}, false, StatusCPULimit},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: soft}, false, StatusCPULimit},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: soft - time.Millisecond}, false, StatusKilled},
-		{Result{ExitCode: -1, Signal: int(unix.SIGSEGV), CPUTime: 2 * soft}, false, StatusKilled},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, TimedOut: true}, false, StatusTimeout},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, OOMKilled: true}, false, StatusMemoryLimit},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft}, true, StatusOutputLimit},
-		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, Cancelled: true}, false, StatusKilled},
+		{Result{ExitCode: 0}, false, spec.StatusOK},
+		{Result{ExitCode: 1}, false, spec.StatusError},
+		{Result{ExitCode: -1, Signal: xcpu}, false, spec.StatusCPULimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: soft}, false, spec.StatusCPULimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: soft - time.Millisecond}, false, spec.StatusKilled},
+		{Result{ExitCode: -1, Signal: int(unix.SIGSEGV), CPUTime: 2 * soft}, false, spec.StatusKilled},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, TimedOut: true}, false, spec.StatusTimeout},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, OOMKilled: true}, false, spec.StatusMemoryLimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft}, true, spec.StatusOutputLimit},
+		{Result{ExitCode: -1, Signal: kill, CPUTime: 2 * soft, Cancelled: true}, false, spec.StatusKilled},
 	} {
 		if got := status(&c.r, c.output, soft); got != c.want {
 			t.Errorf("status(%+v, output limit %v) = %s, want %s", c.r, c.output, got, c.want)
@@ -99,18 +100,18 @@ func TestCallStatus(t *testing.T) {
 		cause string
 		want  Status
 	}{
-		{CallResult{}, "", StatusOK},
-		{CallResult{Result: Result{ExitCode: 3}}, "", StatusError},
-		{CallResult{Result: Result{ExitCode: 0, TimedOut: true}}, LostTimeout, StatusTimeout},
-		{CallResult{Result: Result{ExitCode: -1, Signal: kill, TimedOut: true, OOMKilled: true}}, LostTimeout, StatusTimeout},
-		{CallResult{Result: Result{ExitCode: -1, Signal: kill, OOMKilled: true}, StateLost: true, LostReason: LostMemory}, "", StatusMemoryLimit},
-		{CallResult{Result: Result{ExitCode: 1}}, LostOutput, StatusOutputLimit},
-		{CallResult{Result: Result{ExitCode: 1, Cancelled: true}}, LostCancelled, StatusKilled},
-		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, Ended: true, EndReason: EndClosed}, "", StatusKilled},
-		{CallResult{Result: Result{ExitCode: 0}, Ended: true, EndReason: EndFreezeFailed}, "", StatusOK},
-		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, StateLost: true, LostReason: LostCPU}, "", StatusCPULimit},
-		{CallResult{Result: Result{ExitCode: -1, Signal: segv}, StateLost: true, LostReason: LostCrashed}, "", StatusKilled},
-		{CallResult{Result: Result{ExitCode: 0}, StateLost: true, LostReason: LostExited}, "", StatusOK},
+		{CallResult{}, "", spec.StatusOK},
+		{CallResult{Result: Result{ExitCode: 3}}, "", spec.StatusError},
+		{CallResult{Result: Result{ExitCode: 0, TimedOut: true}}, spec.LostTimeout, spec.StatusTimeout},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill, TimedOut: true, OOMKilled: true}}, spec.LostTimeout, spec.StatusTimeout},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill, OOMKilled: true}, StateLost: true, LostReason: spec.LostMemory}, "", spec.StatusMemoryLimit},
+		{CallResult{Result: Result{ExitCode: 1}}, spec.LostOutput, spec.StatusOutputLimit},
+		{CallResult{Result: Result{ExitCode: 1, Cancelled: true}}, spec.LostCancelled, spec.StatusKilled},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, Ended: true, EndReason: spec.EndClosed}, "", spec.StatusKilled},
+		{CallResult{Result: Result{ExitCode: 0}, Ended: true, EndReason: spec.EndFreezeFailed}, "", spec.StatusOK},
+		{CallResult{Result: Result{ExitCode: -1, Signal: kill}, StateLost: true, LostReason: spec.LostCPU}, "", spec.StatusCPULimit},
+		{CallResult{Result: Result{ExitCode: -1, Signal: segv}, StateLost: true, LostReason: spec.LostCrashed}, "", spec.StatusKilled},
+		{CallResult{Result: Result{ExitCode: 0}, StateLost: true, LostReason: spec.LostExited}, "", spec.StatusOK},
 	} {
 		if got := callStatus(&c.r, c.cause); got != c.want {
 			t.Errorf("callStatus(%+v, %q) = %s, want %s", c.r, c.cause, got, c.want)

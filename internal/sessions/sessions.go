@@ -31,7 +31,7 @@ type Handle interface {
 	EndReason() string
 }
 
-// Reasons a session ended, besides the engine's own (run.End*).
+// Reasons a session ended, besides the engine's own (spec.End*).
 const (
 	EndDeleted  = "deleted"
 	EndIdle     = "idle_timeout"

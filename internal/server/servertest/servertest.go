@@ -23,6 +23,7 @@ import (
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 )
 
@@ -56,7 +57,7 @@ func (e *Engine) Run(ctx context.Context, req *run.Request) (*run.Result, error)
 	f := e.RunFunc
 	e.mu.Unlock()
 	if f == nil {
-		return &run.Result{ID: jail.NewID(), Status: run.StatusOK, Image: req.Image}, nil
+		return &run.Result{ID: jail.NewID(), Status: spec.StatusOK, Image: req.Image}, nil
 	}
 	res, err := f(ctx, req)
 	if res != nil && res.Image == "" {

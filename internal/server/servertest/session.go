@@ -6,6 +6,7 @@ import (
 
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
 )
 
@@ -54,7 +55,7 @@ func (s *Session) Exec(ctx context.Context, c *run.Call) (*run.CallResult, error
 	if f != nil {
 		return f(ctx, c)
 	}
-	return &run.CallResult{Count: n, Result: run.Result{ID: jail.NewID(), Status: run.StatusOK, Stdout: []byte(c.Code)}}, nil
+	return &run.CallResult{Count: n, Result: run.Result{ID: jail.NewID(), Status: spec.StatusOK, Stdout: []byte(c.Code)}}, nil
 }
 
 // Interrupt counts interrupts and signals Interrupted.
@@ -82,7 +83,7 @@ func (s *Session) End(reason string) {
 }
 
 // Close ends the session.
-func (s *Session) Close() { s.End(run.EndClosed) }
+func (s *Session) Close() { s.End(spec.EndClosed) }
 
 // Closed reports whether the session ended.
 func (s *Session) Closed() bool {
