@@ -406,10 +406,7 @@ func (up *upload) commit(m Meta) {
 	s := up.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := s.usage(up.owner)
-	u.rbytes -= up.bytes
-	u.rfiles--
-	s.reserved -= up.bytes
+	u := up.unreserve()
 	u.bytes += m.Size
 	u.files++
 	s.total += m.Size
@@ -426,11 +423,18 @@ func (up *upload) end() {
 	s := up.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := s.usage(up.owner)
+	up.unreserve()
+	s.forgetIdle(up.owner)
+}
+
+// unreserve gives back what the upload reserved and returns its owner's
+// usage; the store's lock is held.
+func (up *upload) unreserve() *usage {
+	u := up.s.usage(up.owner)
 	u.rbytes -= up.bytes
 	u.rfiles--
-	s.reserved -= up.bytes
-	s.forgetIdle(up.owner)
+	up.s.reserved -= up.bytes
+	return u
 }
 
 // usage returns owner's entry, made if missing. Call with mu held.

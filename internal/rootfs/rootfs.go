@@ -150,22 +150,11 @@ type Image struct {
 // so the verified bytes are the mounted bytes. On any failure nothing stays
 // mounted.
 func Open(dir, mountpoint string) (_ *Image, retErr error) {
-	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v (build it with `make rootfs`)", ErrInvalid, err)
-	}
-	m, err := ParseManifest(data)
+	m, img, err := verified(dir, " (build it with `make rootfs`)")
 	if err != nil {
 		return nil, err
-	}
-	img, err := os.Open(filepath.Join(dir, ImageFile))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	defer img.Close()
-	if err := verifyDigest(img, m); err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(mountpoint, 0o700); err != nil {
 		return nil, fmt.Errorf("rootfs mountpoint: %w", err)
 	}
@@ -195,20 +184,35 @@ func (im *Image) Close() error {
 // Verify checks the image in dir against its manifest (size and sha256
 // digest) without mounting it, and returns the manifest.
 func Verify(dir string) (*Manifest, error) {
+	m, img, err := verified(dir, "")
+	if img != nil {
+		img.Close()
+	}
+	return m, err
+}
+
+// verified reads dir's manifest and checks its image against it (size and
+// sha256 digest). The image is returned open when it verified; on a
+// digest mismatch the manifest is returned with the error. hint ends the
+// message of a missing manifest.
+func verified(dir, hint string) (*Manifest, *os.File, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: %v%s", ErrInvalid, err, hint)
 	}
 	m, err := ParseManifest(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	img, err := os.Open(filepath.Join(dir, ImageFile))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	defer img.Close()
-	return m, verifyDigest(img, m)
+	if err := verifyDigest(img, m); err != nil {
+		img.Close()
+		return m, nil, err
+	}
+	return m, img, nil
 }
 
 func verifyDigest(f *os.File, m *Manifest) error {
