@@ -37,6 +37,20 @@ func streamed(t *testing.T, h *servertest.Harness, path, accept, body string) (*
 }
 
 // nextEvent reads one NDJSON event.
+// eventNames reads a stream's events up to done and names them, commas
+// between.
+func eventNames(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	var names []string
+	for {
+		e := nextEvent(t, r)
+		names = append(names, e.Event)
+		if e.Event == api.EventDone {
+			return strings.Join(names, ",")
+		}
+	}
+}
+
 func nextEvent(t *testing.T, r *bufio.Reader) api.Event {
 	t.Helper()
 	line, err := r.ReadBytes('\n')
@@ -174,15 +188,7 @@ func TestStreamedExecuteKeepalive(t *testing.T) {
 		return &spec.Result{ID: "run-3", Status: spec.StatusOK}, nil
 	}
 	_, r := streamed(t, h, "/v1/execute", api.MediaNDJSON, `{"code":"x"}`)
-	var names []string
-	for {
-		e := nextEvent(t, r)
-		names = append(names, e.Event)
-		if e.Event == api.EventDone {
-			break
-		}
-	}
-	if strings.Join(names, ",") != "start,keepalive,done" {
+	if names := eventNames(t, r); names != "start,keepalive,done" {
 		t.Errorf("events %v", names)
 	}
 }
@@ -191,15 +197,7 @@ func TestStreamedExecuteKeepalive(t *testing.T) {
 func TestStreamedExecuteWithoutOnStart(t *testing.T) {
 	h := harness(t, nil) // the fake engine's default answer: ok, no OnStart
 	_, r := streamed(t, h, "/v1/execute", api.MediaNDJSON, `{"code":"x"}`)
-	var names []string
-	for {
-		e := nextEvent(t, r)
-		names = append(names, e.Event)
-		if e.Event == api.EventDone {
-			break
-		}
-	}
-	if strings.Join(names, ",") != "start,done" {
+	if names := eventNames(t, r); names != "start,done" {
 		t.Errorf("events %v", names)
 	}
 }

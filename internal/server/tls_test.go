@@ -380,15 +380,7 @@ func TestTLSRemovedClientKeepAlive(t *testing.T) {
 	}
 	e.reloadWithout(t, "alice")
 
-	reused := false
-	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-	status, data, err := e.try(alice, "GET", "/v1/info", "", trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reused {
-		t.Fatal("alice's second request did not reuse her connection: the test proves nothing")
-	}
+	status, data := e.reusedCall(t, alice, "/v1/info")
 	if er := apiError(t, "alice after her removal", data); status != 403 || er.Type != "forbidden" || !strings.Contains(er.Message, "no longer authorized") {
 		t.Errorf("alice after her removal, same connection: HTTP %d %+v", status, er)
 	}
@@ -407,6 +399,23 @@ func TestTLSRemovedClientKeepAlive(t *testing.T) {
 	}
 }
 
+// reusedCall GETs path as c on the connection c already holds, and fails
+// the test when a new one was made (a test of a cut keep-alive would then
+// prove nothing).
+func (e *tlsEnv) reusedCall(t *testing.T, c *http.Client, path string) (int, []byte) {
+	t.Helper()
+	reused := false
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+	status, data, err := e.try(c, "GET", path, "", trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reused {
+		t.Fatal("the second request did not reuse its connection: the test proves nothing")
+	}
+	return status, data
+}
+
 // A client CA replaced by SIGHUP cuts the clients it signed at their next
 // request, on the connections they made before.
 func TestTLSReplacedCAKeepAlive(t *testing.T) {
@@ -422,15 +431,7 @@ func TestTLSReplacedCAKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.auth.Set(st)
-	reused := false
-	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-	status, data, err := e.try(alice, "GET", "/v1/info", "", trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reused {
-		t.Fatal("alice's second request did not reuse her connection: the test proves nothing")
-	}
+	status, data := e.reusedCall(t, alice, "/v1/info")
 	if er := apiError(t, "alice after her CA was replaced", data); status != 403 || er.Type != "forbidden" || !strings.Contains(er.Message, "no longer valid") {
 		t.Errorf("alice after her CA was replaced, same connection: HTTP %d %+v", status, er)
 	}
