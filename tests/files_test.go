@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // fsStartDaemon starts a daemon of a file test's own: its socket open
@@ -42,18 +43,10 @@ import (
 // keys) added to its [files] section.
 func fsStartDaemon(t *testing.T, files string) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
 		c = setKeys(c, map[string]string{"daily_quota": "1000", "max_concurrent": "4", "queue_size": "16", "queue_wait": `"60s"`})
 		return fsSetKeys(c, files)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
@@ -99,7 +92,7 @@ func fsCall(t *testing.T, d *daemon, method, path string, body io.Reader, hdr ..
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := d.client.Do(req)
+	resp, err := d.Client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -189,7 +182,7 @@ func fsIDs(fs []api.StoredFile) []string {
 // fsDownload reads file id's content as root, hashing it on the way.
 func fsDownload(t *testing.T, d *daemon, id string) (sum string, n int64) {
 	t.Helper()
-	resp, err := d.client.Get("http://jaild/v1/files/" + id)
+	resp, err := d.Client.Get("http://jaild/v1/files/" + id)
 	if err != nil {
 		t.Fatalf("GET %s: %v", id, err)
 	}
@@ -211,7 +204,7 @@ func fsDownload(t *testing.T, d *daemon, id string) (sum string, n int64) {
 // fsStoreNames lists the store's directory.
 func fsStoreNames(t *testing.T, d *daemon) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(d.dir, "files"))
+	ents, err := os.ReadDir(filepath.Join(d.Dir, "files"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +236,7 @@ func fsNobody(t *testing.T, d *daemon, method, path string, args ...string) (int
 	t.Helper()
 	// --raw: curl -i prints the headers as sent (Transfer-Encoding:
 	// chunked, say) but would decode the body they describe.
-	argv := append([]string{"-s", "-i", "--raw", "-H", "Expect:", "--unix-socket", d.socket, "-X", method, "http://jaild" + path}, args...)
+	argv := append([]string{"-s", "-i", "--raw", "-H", "Expect:", "--unix-socket", d.Socket, "-X", method, "http://jaild" + path}, args...)
 	cmd := exec.Command("curl", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	out, err := cmd.Output()
@@ -265,7 +258,7 @@ func fsNobody(t *testing.T, d *daemon, method, path string, args ...string) (int
 // the daemon's directory) and returns the status and the body.
 func fsNobodyUpload(t *testing.T, d *daemon, name string, data []byte) (int, []byte) {
 	t.Helper()
-	src := filepath.Join(d.dir, "upload-"+randHex(4))
+	src := filepath.Join(d.Dir, "upload-"+randHex(4))
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +282,7 @@ func fsNobodyJSON(t *testing.T, d *daemon, path string, body any) (int, []byte) 
 // would not send.
 func fsRawConn(t *testing.T, d *daemon) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("unix", d.socket)
+	c, err := net.Dial("unix", d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +443,7 @@ func TestFilesUploadDownload(t *testing.T) {
 
 	t.Run("curl", func(t *testing.T) {
 		content := fsDetBytes(3, 200_000)
-		src := filepath.Join(d.dir, "curl data.csv")
+		src := filepath.Join(d.Dir, "curl data.csv")
 		if err := os.WriteFile(src, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +456,7 @@ func TestFilesUploadDownload(t *testing.T) {
 			{[]string{"-F", "file=@" + src, "http://jaild/v1/files"}, "curl data.csv", &curlF},
 			{[]string{"-X", "POST", "-T", src, "http://jaild/v1/files?name=put.csv"}, "put.csv", &curlT},
 		} {
-			out, err := exec.Command("curl", append([]string{"-sS", "--fail-with-body", "--unix-socket", d.socket}, c.args...)...).Output()
+			out, err := exec.Command("curl", append([]string{"-sS", "--fail-with-body", "--unix-socket", d.Socket}, c.args...)...).Output()
 			if err != nil {
 				t.Fatalf("curl %q: %v: %s", c.args, err, out)
 			}
@@ -600,7 +593,7 @@ func TestFilesLarge(t *testing.T) {
 	// Warm up the paths of an upload and a download first.
 	small := fsUpload(t, d, "warm.bin", fsDetBytes(4, 1<<20))
 	fsDownload(t, d, small.FileID)
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	hwmBefore := procStatusKB(t, pid, "VmHWM") << 10
 
 	h := sha256.New()
@@ -610,7 +603,7 @@ func TestFilesLarge(t *testing.T) {
 	}
 	req.ContentLength = fsLargeFile
 	start := time.Now()
-	resp, err := d.client.Do(req)
+	resp, err := d.Client.Do(req)
 	if err != nil {
 		t.Fatalf("upload 1 GiB: %v", err)
 	}
@@ -628,7 +621,7 @@ func TestFilesLarge(t *testing.T) {
 	hwmUp := procStatusKB(t, pid, "VmHWM") << 10
 
 	start = time.Now()
-	resp, err = d.client.Get("http://jaild/v1/files/" + f.FileID)
+	resp, err = d.Client.Get("http://jaild/v1/files/" + f.FileID)
 	if err != nil {
 		t.Fatalf("download: %v", err)
 	}
@@ -1131,7 +1124,7 @@ func TestFilesKillDuringUpload(t *testing.T) {
 	req.ContentLength = 512 << 20
 	done := make(chan error, 1)
 	go func() {
-		resp, err := d.client.Do(req)
+		resp, err := d.Client.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -1142,7 +1135,7 @@ func TestFilesKillDuringUpload(t *testing.T) {
 	var tmp string
 	waitFor(t, 30*time.Second, "32 MiB of the upload in its temporary file", func() bool {
 		for _, n := range fsStoreNames(t, d) {
-			if st, err := os.Stat(filepath.Join(d.dir, "files", n)); err == nil && strings.HasPrefix(n, ".tmp-") && st.Size() >= 32<<20 {
+			if st, err := os.Stat(filepath.Join(d.Dir, "files", n)); err == nil && strings.HasPrefix(n, ".tmp-") && st.Size() >= 32<<20 {
 				tmp = n
 				return true
 			}
@@ -1170,12 +1163,12 @@ func TestFilesKillDuringUpload(t *testing.T) {
 // killed daemon's jails are swept only by its successor.
 func fsKillAndRestart(t *testing.T, d *daemon) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("kill -9: %v", err)
 	}
-	d.cmd.Wait()
+	d.WaitExit()
 	t.Logf("after kill -9 the store holds %q", fsStoreNames(t, d))
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 }
@@ -1199,7 +1192,7 @@ for i in range(8):
 	})
 	done := make(chan string, 1)
 	go func() {
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(body))
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
 			done <- ""
 			return
@@ -1250,7 +1243,7 @@ for i in range(8):
 	t.Logf("%d of the 8 outputs were stored whole before the kill", len(got))
 
 	// The restarted daemon swept the killed run's jail.
-	runs := filepath.Join(d.dir, "run", "runs")
+	runs := filepath.Join(d.Dir, "run", "runs")
 	waitFor(t, 30*time.Second, "the killed run's jail to be swept", func() bool {
 		ents, _ := os.ReadDir(runs)
 		mi, _ := os.ReadFile("/proc/self/mountinfo")
@@ -1286,7 +1279,7 @@ func TestFilesDisabled(t *testing.T) {
 	if status, _ := d.call(t, "GET", "/v1/info", nil, &info); status != http.StatusOK || info.Files != (api.FilesInfo{}) {
 		t.Errorf("info: HTTP %d, files %+v, want all zero", status, info.Files)
 	}
-	if _, err := os.Lstat(filepath.Join(d.dir, "files")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(d.Dir, "files")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a disabled store's directory: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // rawExchange writes req on a fresh connection and reads until the daemon
@@ -31,7 +32,7 @@ import (
 // line ("" if the daemon closed without one) and how long that took.
 func (h *hostile) rawExchange(t *testing.T, req string, limit time.Duration) (status string, body string, took time.Duration) {
 	t.Helper()
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,16 +249,13 @@ func daemonCases() []hcase {
 		{id: "H06a", cat: catDaemon, title: "an unprivileged uid connects to a socket with the default-like mode 0600",
 			expect: "EACCES from the socket's permissions",
 			run: func(t *testing.T, h *hostile) string {
-				d, err := startTunedDaemon("socket_mode = \"0600\"\n", 0, nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0600\"\n"})
 				defer func() {
-					if err := d.stop(); err != nil {
+					if err := d.Stop(); err != nil {
 						t.Error(err)
 					}
 				}()
-				cmd, line := holdConns(t, d.socket, 1, 0)
+				cmd, line := holdConns(t, d.Socket, 1, 0)
 				cmd.Wait()
 				if !strings.Contains(line, "permission denied") {
 					t.Errorf("uid 65534 on a 0600 socket: %q", line)
@@ -267,16 +265,16 @@ func daemonCases() []hcase {
 		{id: "H06b", cat: catDaemon, title: "an unprivileged uid on an open socket",
 			expect: "SO_PEERCRED identifies it as uid 65534, not an admin: the callers' maxima apply (a higher limit is refused), and its quota is reported",
 			run: func(t *testing.T, h *hostile) string {
-				status, _, body := curlAs(t, h.d.socket, "GET", "/v1/info", "")
+				status, _, body := curlAs(t, h.d.Socket, "GET", "/v1/info", "")
 				var info api.Info
 				if err := json.Unmarshal(body, &info); err != nil || status != 200 || info.Caller.UID != 65534 || info.Caller.Admin {
 					t.Errorf("info as uid 65534: HTTP %d caller %+v (%v)", status, info.Caller, err)
 				}
-				status, _, body = curlAs(t, h.d.socket, "POST", "/v1/execute", `{"code":"print(1)","limits":{"memory_mb":4096}}`)
+				status, _, body = curlAs(t, h.d.Socket, "POST", "/v1/execute", `{"code":"print(1)","limits":{"memory_mb":4096}}`)
 				if status != 400 || !strings.Contains(string(body), "above the maximum of 2048") {
 					t.Errorf("memory_mb 4096 as uid 65534: HTTP %d %s", status, body)
 				}
-				status, hdr, body := curlAs(t, h.d.socket, "POST", "/v1/execute", `{"code":"print(1)"}`)
+				status, hdr, body := curlAs(t, h.d.Socket, "POST", "/v1/execute", `{"code":"print(1)"}`)
 				var r api.ExecuteResponse
 				json.Unmarshal(body, &r)
 				h.noteRun(r.RunID)
@@ -313,7 +311,7 @@ func daemonCases() []hcase {
 			expect: "the daemon keeps serving and its fds return to the baseline",
 			run: func(t *testing.T, h *hostile) string {
 				for range 2000 {
-					c, err := net.Dial("unix", h.d.socket)
+					c, err := net.Dial("unix", h.d.Socket)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -353,10 +351,7 @@ func daemonCases() []hcase {
 // runGlobBomb runs against a daemon of its own: if matching backtracks
 // without bound, that daemon is pinned, so it is killed and swept after.
 func runGlobBomb(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemon(t, daemontest.Options{})
 	cg, err := cgroupsOf(d)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +370,7 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 		obs = fmt.Sprintf("HTTP %d within 30 s", resp.StatusCode)
 	} else {
 		cpu := func() int64 {
-			f := strings.Fields(string(must(os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid)))))
+			f := strings.Fields(string(must(os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.Cmd.Process.Pid)))))
 			u, _ := strconv.ParseInt(f[13], 10, 64)
 			s, _ := strconv.ParseInt(f[14], 10, 64)
 			return u + s
@@ -387,12 +382,12 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 		obs = "no response within 30 s, and the daemon keeps a core busy matching one file name against the pattern (exponential backtracking over **)"
 	}
 	// Kill it (a pinned daemon would never stop), restart to sweep, stop.
-	d.cmd.Process.Kill()
-	d.cmd.Wait()
-	if err := d.launch(nil); err != nil {
+	d.Cmd.Process.Kill()
+	d.WaitExit()
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	return obs
@@ -412,7 +407,7 @@ func envVars(n int) string {
 func burstClient(d *daemon) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
 		},
 		MaxIdleConnsPerHost: 1,
 	}}
@@ -424,7 +419,7 @@ func runSlowloris(t *testing.T, h *hostile) string {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range n {
-		c, err := net.Dial("unix", h.d.socket)
+		c, err := net.Dial("unix", h.d.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +461,7 @@ func runSlowloris(t *testing.T, h *hostile) string {
 }
 
 func runConnSlots(t *testing.T, h *hostile) string {
-	cmd, line := holdConns(t, h.d.socket, 1100, 15*time.Second)
+	cmd, line := holdConns(t, h.d.Socket, 1100, 15*time.Second)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	if line != "held 1100" {
 		t.Fatalf("helper: %q", line)
@@ -487,7 +482,7 @@ func runConnSlots(t *testing.T, h *hostile) string {
 }
 
 func runHugeBody(t *testing.T, h *hostile) string {
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +520,7 @@ func runHugeBody(t *testing.T, h *hostile) string {
 // stalledBody sends a request whose body never completes and checks that
 // the daemon gives up at its read deadline while serving others.
 func (h *hostile) stalledBody(t *testing.T, head, trickle string) string {
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,14 +652,11 @@ func runDisconnect(t *testing.T, h *hostile) string {
 }
 
 func runCrashRestart(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemon(t, daemontest.Options{})
 	stopped := false
 	defer func() {
 		if !stopped {
-			d.stop()
+			d.Stop()
 		}
 	}()
 	cg, err := cgroupsOf(d)
@@ -673,7 +665,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	}
 	h.extraParents = []string{cg.rel}
 	defer func() { h.extraParents = nil }()
-	runs := filepath.Join(d.dir, "run", "runs")
+	runs := filepath.Join(d.Dir, "run", "runs")
 	for i := range 3 {
 		go func() {
 			body := fmt.Sprintf(`{"code":"open('m%d', 'w').close()\nimport time\ntime.sleep(120)","limits":{"timeout_ms":120000},"files":[{"path":"in/data.txt","content_b64":"aGVsbG8="}]}`, i)
@@ -688,14 +680,14 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	})
 	old := cg.live()
 	oldDirs := dirNames(runs)
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
+	d.WaitExit()
 	if len(dirNames(runs)) == 0 || len(jailPids()) == 0 {
 		t.Fatalf("after kill -9 the runs should be orphaned")
 	}
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	var why string
@@ -709,7 +701,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 		}
 		for _, id := range oldDirs {
 			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.dir, "run", sub, id)); err == nil {
+				if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
 					why = sub + "/" + id
 				}
 			}
@@ -729,7 +721,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 		t.Errorf("after restart: HTTP %d %+v", status, r)
 	}
 	stopped = true
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	obs := fmt.Sprintf("%d orphaned jails swept at restart (processes, cgroups, mounts, state, run dirs); print(1) served", len(old))
@@ -742,7 +734,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 		}
 	}
 	for _, m := range mountinfo() {
-		if strings.HasPrefix(m.point, d.dir) {
+		if strings.HasPrefix(m.point, d.Dir) {
 			t.Errorf("mount %s left after a clean stop", m.point)
 			left = append(left, "mount "+m.point)
 		}
@@ -877,23 +869,23 @@ func tinyImage(t *testing.T, dir, id string) string {
 // A daemon that serves is stopped at once.
 func startOnImage(t *testing.T, image string) (log string, served bool, mounts []string) {
 	t.Helper()
-	d, err := newTunedDaemon("", 0, func(cfg string) string {
+	d, err := prepareDaemon(daemontest.Options{Tune: func(cfg string) string {
 		return strings.Replace(cfg, fmt.Sprintf("image = %q", imageDir), fmt.Sprintf("image = %q", image), 1)
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(d.dir)
-	if err := d.launch(nil); err == nil {
+	defer os.RemoveAll(d.Dir)
+	if err := d.Start(); err == nil {
 		served = true
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 	}
 	for _, m := range mountinfo() {
-		if strings.HasPrefix(m.point, d.dir+"/") {
+		if strings.HasPrefix(m.point, d.Dir+"/") {
 			mounts = append(mounts, m.point)
 		}
 	}
-	return d.log.String(), served, mounts
+	return d.Log.String(), served, mounts
 }

@@ -42,7 +42,7 @@ func (h *hostile) waitMarker(t *testing.T, name string) string {
 	t.Helper()
 	var id string
 	waitFor(t, 30*time.Second, "a run to create "+name, func() bool {
-		m, _ := filepath.Glob(filepath.Join(h.d.dir, "run", "runs", "*", "work", name))
+		m, _ := filepath.Glob(filepath.Join(h.d.Dir, "run", "runs", "*", "work", name))
 		if len(m) > 0 {
 			id = filepath.Base(filepath.Dir(filepath.Dir(m[0])))
 			return true
@@ -109,7 +109,7 @@ print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigi
 				r := h.exec(t, map[string]any{"code": "print(open('/proc/self/mountinfo').read()); print(open('/proc/mounts').read())"})
 				wantStatus(t, r, "ok")
 				image, _ := filepath.EvalSymlinks(imageDir)
-				for _, s := range []string{h.d.dir, filepath.Base(h.d.dir), image, imageDir, "/var/cache/jaild", "/run/jaild", "runs/", r.RunID} {
+				for _, s := range []string{h.d.Dir, filepath.Base(h.d.Dir), image, imageDir, "/var/cache/jaild", "/run/jaild", "runs/", r.RunID} {
 					if strings.Contains(r.Stdout, s) {
 						t.Errorf("mountinfo mentions %q:\n%s", s, r.Stdout)
 					}
@@ -352,7 +352,7 @@ print(quiet, len(hits) - quiet)`})
 				r := h.exec(t, map[string]any{"code": "for p in ('tcp', 'tcp6', 'unix'): print(open('/proc/net/' + p).read())"})
 				wantStatus(t, r, "ok")
 				port := fmt.Sprintf(":%04X ", hl.port)
-				if strings.Contains(r.Stdout, port) || strings.Contains(r.Stdout, h.d.socket) {
+				if strings.Contains(r.Stdout, port) || strings.Contains(r.Stdout, h.d.Socket) {
 					t.Errorf("/proc/net shows host sockets:\n%s", r.Stdout)
 				}
 				return "no host listener and no daemon socket in /proc/net/{tcp,tcp6,unix}"
@@ -374,7 +374,7 @@ print(json.dumps({'numpy': importlib.util.find_spec('numpy') is not None, 'mount
 				mounts := fmt.Sprint(got["mounts"])
 				second, _ := filepath.EvalSymlinks(filepath.Join(imagesRoot(), hostileSecondImage, "current"))
 				def, _ := filepath.EvalSymlinks(imageDir)
-				for _, s := range []string{h.d.dir, second, def, imagesRoot(), "/var/cache/jaild", r.RunID} {
+				for _, s := range []string{h.d.Dir, second, def, imagesRoot(), "/var/cache/jaild", r.RunID} {
 					if strings.Contains(mounts, s) {
 						t.Errorf("the run's mountinfo mentions %q:\n%s", s, mounts)
 					}

@@ -239,7 +239,7 @@ print(json.dumps(res))
 				abstract := "jaild-hostile-" + randHex(6)
 				hl := listenHost(t, "unix", "@"+abstract)
 				defer hl.close()
-				r := h.exec(t, map[string]any{"env": map[string]string{"DAEMON_SOCK": h.d.socket, "ABSTRACT": abstract}, "code": `import errno, json, os, socket
+				r := h.exec(t, map[string]any{"env": map[string]string{"DAEMON_SOCK": h.d.Socket, "ABSTRACT": abstract}, "code": `import errno, json, os, socket
 def conn(addr):
     s = socket.socket(socket.AF_UNIX)
     try: s.connect(addr); return 'CONNECTED'
@@ -388,7 +388,7 @@ print(json.dumps(res))
 		{id: "C13", cat: catPriv, title: "signal the daemon and the test process by their host pids",
 			expect: "host pids do not exist in the jail's pid namespace: kill and pidfd_open fail with ESRCH",
 			run: func(t *testing.T, h *hostile) string {
-				pids := []string{strconv.Itoa(h.d.cmd.Process.Pid), strconv.Itoa(os.Getpid())}
+				pids := []string{strconv.Itoa(h.d.Cmd.Process.Pid), strconv.Itoa(os.Getpid())}
 				sort.Strings(pids)
 				r := h.exec(t, map[string]any{"env": map[string]string{"HOSTPIDS": strings.Join(pids, ",")}, "code": `import ctypes, errno, json, os, signal
 L = ctypes.CDLL(None, use_errno=True)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // nobodyUID is the unprivileged caller of the cases (curlAs).
@@ -67,7 +68,7 @@ func (ss *sessionSet) request(nobody bool, method, path string, body any) (int, 
 			j, _ := json.Marshal(b)
 			s = string(j)
 		}
-		status, _, out := curlAs(ss.t, ss.d.socket, method, path, s)
+		status, _, out := curlAs(ss.t, ss.d.Socket, method, path, s)
 		return status, out
 	}
 	var raw json.RawMessage
@@ -736,9 +737,9 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	never := a.id[:strings.LastIndex(a.id, "-")+1] + strings.Repeat("0", 24)
 	type probe struct{ method, suffix, body string }
 	for _, p := range []probe{{"GET", "", ""}, {"POST", "/execute", `{"code":"print(secret)"}`}, {"POST", "/interrupt", `{}`}, {"DELETE", "", ""}} {
-		status, _, raw := curlAs(t, h.d.socket, p.method, "/v1/sessions/"+a.id+p.suffix, p.body)
+		status, _, raw := curlAs(t, h.d.Socket, p.method, "/v1/sessions/"+a.id+p.suffix, p.body)
 		e := apiError(t, raw)
-		status2, _, raw2 := curlAs(t, h.d.socket, p.method, "/v1/sessions/"+never+p.suffix, p.body)
+		status2, _, raw2 := curlAs(t, h.d.Socket, p.method, "/v1/sessions/"+never+p.suffix, p.body)
 		e2 := apiError(t, raw2)
 		if status != http.StatusNotFound || e.Error.Type != "not_found" {
 			t.Errorf("%s /v1/sessions/{root's}%s as uid %d: HTTP %d %+v, want 404 not_found", p.method, p.suffix, nobodyUID, status, e.Error)
@@ -747,7 +748,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 			t.Errorf("%s%s: root's session (HTTP %d %q) is told apart from one that never existed (HTTP %d %q)", p.method, p.suffix, status, e.Error.Message, status2, e2.Error.Message)
 		}
 	}
-	status, _, raw := curlAs(t, h.d.socket, "GET", "/v1/sessions", "")
+	status, _, raw := curlAs(t, h.d.Socket, "GET", "/v1/sessions", "")
 	var list api.SessionList
 	if err := strictJSON(raw, &list); status != http.StatusOK || err != nil {
 		t.Errorf("GET /v1/sessions as uid %d: HTTP %d (%v): %s", nobodyUID, status, err, raw)
@@ -797,14 +798,11 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 }
 
 func runSessionCrashRestart(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemon(t, daemontest.Options{})
 	stopped := false
 	defer func() {
 		if !stopped {
-			d.stop()
+			d.Stop()
 		}
 	}()
 	cg, err := cgroupsOf(d)
@@ -819,22 +817,22 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	wantCall(t, ss.exec(busy, code("x = 1")), "ok")
 	ss.execAsync(busy, map[string]any{"code": "open('started', 'w').close()\nimport time\ntime.sleep(120)", "limits": map[string]any{"timeout_ms": 120000}})
 	waitFor(t, 30*time.Second, "the call to start", func() bool {
-		_, err := os.Stat(filepath.Join(d.dir, "run", "runs", busy.jail, "work", "started"))
+		_, err := os.Stat(filepath.Join(d.Dir, "run", "runs", busy.jail, "work", "started"))
 		return err == nil
 	})
 	frozen, _ := cg.jailFrozen(idle.jail)
 	if !frozen {
 		t.Errorf("the idle session's cgroup is not frozen")
 	}
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
+	d.WaitExit()
 	live := cg.live()
 	if !live[idle.jail] || !live[busy.jail] {
 		t.Fatalf("after kill -9 the sessions' jails should be orphaned; live: %v", live)
 	}
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	var why string
@@ -846,7 +844,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 				why = "cgroup " + id
 			}
 			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.dir, "run", sub, id)); err == nil {
+				if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
 					why = sub + "/" + id
 				}
 			}
@@ -890,7 +888,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	ss.del(fresh)
 	waitFor(t, 30*time.Second, "the new session's jail to go", func() bool { return !cg.live()[fresh.jail] })
 	stopped = true
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	for _, p := range cg.parents {

@@ -63,7 +63,7 @@ var (
 	storedSHARe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-func (h *hostile) storeDir() string { return filepath.Join(h.d.dir, "files") }
+func (h *hostile) storeDir() string { return filepath.Join(h.d.Dir, "files") }
 
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
@@ -83,7 +83,7 @@ func (h *hostile) rootDo(t *testing.T, method, p string, ctype string, body io.R
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := h.d.client.Do(req)
+	resp, err := h.d.Client.Do(req)
 	if err != nil {
 		t.Errorf("%s %s: %v", method, p, err)
 		return 0, nil
@@ -250,7 +250,7 @@ func curlNobody(t *testing.T, socket, method, p string, headers []string, body [
 func (h *hostile) nobodyExec(t *testing.T, req map[string]any) *api.ExecuteResponse {
 	t.Helper()
 	body, _ := json.Marshal(req)
-	status, _, raw := curlNobody(t, h.d.socket, "POST", "/v1/execute", []string{"Content-Type: application/json"}, body)
+	status, _, raw := curlNobody(t, h.d.Socket, "POST", "/v1/execute", []string{"Content-Type: application/json"}, body)
 	var r api.ExecuteResponse
 	if err := strictJSON(raw, &r); status != http.StatusOK || err != nil || r.RunID == "" {
 		t.Fatalf("execute as uid 65534: HTTP %d (%v): %s", status, err, short(string(raw)))
@@ -263,7 +263,7 @@ func (h *hostile) nobodyExec(t *testing.T, req map[string]any) *api.ExecuteRespo
 // query, returning the status and body.
 func (h *hostile) nobodyUpload(t *testing.T, query, ctype string, data []byte) (int, []byte) {
 	t.Helper()
-	status, _, raw := curlNobody(t, h.d.socket, "POST", "/v1/files"+query, []string{"Content-Type: " + ctype}, data)
+	status, _, raw := curlNobody(t, h.d.Socket, "POST", "/v1/files"+query, []string{"Content-Type: " + ctype}, data)
 	return status, raw
 }
 
@@ -628,7 +628,7 @@ for i in range(10): open(f'out/f{i:02d}.txt', 'w').write(f'small {i}')
 	}
 	h.onlyStored(t, r)
 	var info api.Info
-	status, _, raw := curlNobody(t, h.d.socket, "GET", "/v1/info", nil, nil)
+	status, _, raw := curlNobody(t, h.d.Socket, "GET", "/v1/info", nil, nil)
 	if err := json.Unmarshal(raw, &info); status != 200 || err != nil || info.Files.CallerFiles != storeMaxFiles || info.Files.CallerBytes != 30*mib+6*int64(len("small 0")) {
 		t.Errorf("uid 65534's /v1/info files: HTTP %d (%v) %+v", status, err, info.Files)
 	}
@@ -711,7 +711,7 @@ func runStreamAlternating(t *testing.T, h *hostile) string {
 		"code":   "import os\ni = 0\nwhile True:\n    os.write(1, b'%07d\\n' % i); os.write(2, b'%07d\\n' % i); i += 1\n",
 		"limits": map[string]any{"output_bytes": outputCap, "timeout_ms": 60000},
 	})
-	pid := h.d.cmd.Process.Pid
+	pid := h.d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	stop := make(chan struct{})
 	peak, sampled := sampleRSS(pid, stop)
@@ -815,14 +815,14 @@ func runStoreGuess(t *testing.T, h *hostile) string {
 	}
 	for _, id := range ids {
 		for _, req := range []struct{ method, path string }{{"GET", "/v1/files/" + id}, {"GET", "/v1/files/" + id + "/meta"}, {"DELETE", "/v1/files/" + id}} {
-			status, _, raw := curlNobody(t, h.d.socket, req.method, req.path, nil, nil)
+			status, _, raw := curlNobody(t, h.d.Socket, req.method, req.path, nil, nil)
 			var e api.ErrorBody
 			if err := strictJSON(raw, &e); status != http.StatusNotFound || err != nil || e.Error.Type != "not_found" || e.Error.Message != "no file "+id {
 				t.Errorf("%s %s as uid 65534: HTTP %d (%v) %s, want 404 not_found \"no file %s\"", req.method, req.path, status, err, short(string(raw)), id)
 			}
 		}
 	}
-	status, _, raw := curlNobody(t, h.d.socket, "GET", "/v1/files", nil, nil)
+	status, _, raw := curlNobody(t, h.d.Socket, "GET", "/v1/files", nil, nil)
 	var fl api.FileList
 	if err := strictJSON(raw, &fl); status != http.StatusOK || err != nil || len(fl.Files) != 0 {
 		t.Errorf("GET /v1/files as uid 65534: HTTP %d (%v) %s, want an empty list", status, err, short(string(raw)))
@@ -844,7 +844,7 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 	var bad []string
 	for _, p := range paths {
 		for _, method := range []string{"GET", "DELETE"} {
-			status, _, raw := curlNobody(t, h.d.socket, method, "/v1/files/"+p, nil, nil)
+			status, _, raw := curlNobody(t, h.d.Socket, method, "/v1/files/"+p, nil, nil)
 			var e api.ErrorBody
 			if err := strictJSON(raw, &e); status != http.StatusNotFound || err != nil || e.Error.Type != "not_found" {
 				bad = append(bad, fmt.Sprintf("%s %s as uid 65534: HTTP %d %s", method, short(p), status, short(string(raw))))
@@ -853,7 +853,7 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 			if err != nil {
 				t.Fatalf("%s: %v", short(p), err)
 			}
-			resp, err := h.d.client.Do(req)
+			resp, err := h.d.Client.Do(req)
 			if err != nil {
 				t.Fatalf("%s %s as root: %v", method, short(p), err)
 			}
@@ -885,7 +885,7 @@ func runStoreOtherUID(t *testing.T, h *hostile) string {
 	// The message for root's id must be the one for an unknown id.
 	for _, id := range []string{victim.FileID, unknown} {
 		body, _ := json.Marshal(map[string]any{"code": readX, "files": files(id)})
-		status, _, raw := curlAs(t, h.d.socket, "POST", "/v1/execute", string(body))
+		status, _, raw := curlAs(t, h.d.Socket, "POST", "/v1/execute", string(body))
 		o := wantStoreErr(t, "execute with "+id, status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+id)
 		if id == victim.FileID {
 			obs = append(obs, "execute: "+o)
@@ -1061,11 +1061,11 @@ func runStoreStalledHeaders(t *testing.T, h *hostile) string {
 	const n = 32
 	bin, dir := buildNobodyProgram(t, headerHolderSrc)
 	defer os.RemoveAll(dir)
-	pid := h.d.cmd.Process.Pid
+	pid := h.d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	stop := make(chan struct{})
 	peak, sampled := sampleRSS(pid, stop)
-	cmd := exec.Command(bin, h.d.socket, fmt.Sprint(n), fmt.Sprint(10<<20-4096), "4s")
+	cmd := exec.Command(bin, h.d.Socket, fmt.Sprint(n), fmt.Sprint(10<<20-4096), "4s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // imagesRoot is the cache directory the images were built into
@@ -71,19 +72,10 @@ func readManifest(t *testing.T, dir string) imageManifest {
 // pool jails of each kind that preload nothing.
 func imageDaemon(t *testing.T, dir string, pool int) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", pool, nil, func(c string) string {
+	return startDaemon(t, daemontest.Options{Pool: pool, Tune: func(c string) string {
 		c = strings.Replace(c, "[pool]\n", "[pool]\npreimport = []\n", 1)
 		return setKeys(c, map[string]string{"image": strconv.Quote(dir)})
-	})
-	if err != nil {
-		t.Fatalf("start jaild on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
+	}})
 }
 
 func execIn(t *testing.T, d *daemon, code string, limits map[string]any) *api.ExecuteResponse {

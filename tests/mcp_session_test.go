@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sessionOutput is open_session's and close_session's structured content,
@@ -46,7 +47,7 @@ type sessionRunOutput struct {
 func startMCPStdio(ctx context.Context, t *testing.T, d *daemon) (*mcpClient, *exec.Cmd) {
 	t.Helper()
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp")
 	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -100,15 +101,7 @@ func liveSessions(t *testing.T, d *daemon) []string {
 // a closed session, and sessions that end with the MCP connection, at
 // stdin's end and at SIGTERM.
 func TestMCPSessions(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	m, _ := startMCPStdio(ctx, t, d)
@@ -234,15 +227,7 @@ func TestMCPSessions(t *testing.T) {
 func TestMCPHTTPSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	cmd, url := startMCPHTTP(t, d)
 
 	a := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})

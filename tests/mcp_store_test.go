@@ -279,7 +279,7 @@ func TestMCPStoreProgress(t *testing.T) {
 	var notes mstProgress
 	wire := &mstWire{}
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp")
 	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -423,12 +423,12 @@ func mstNobodyMCP(ctx context.Context, t *testing.T, d *daemon) *mcpClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(d.dir, "jailctl-"+randHex(4))
+	bin := filepath.Join(d.Dir, "jailctl-"+randHex(4))
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--socket", d.socket, "mcp")
+	cmd := exec.Command(bin, "--socket", d.Socket, "mcp")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}

@@ -157,7 +157,7 @@ func TestMCPStdio(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", shared.socket, "mcp")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", shared.Socket, "mcp")
 	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -318,7 +318,7 @@ const stdioGrace = 20 * time.Second
 // returns it and its URL.
 func startMCPHTTP(t *testing.T, d *daemon) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp", "--http", "127.0.0.1:0")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp", "--http", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +400,7 @@ func TestMCPHTTP(t *testing.T) {
 	}
 
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		c := exec.Command(jailctl, "--socket", shared.socket, "mcp", "--http", addr)
+		c := exec.Command(jailctl, "--socket", shared.Socket, "mcp", "--http", addr)
 		b, err := c.CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(b), "not a loopback address") {

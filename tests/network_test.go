@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
@@ -38,11 +39,7 @@ interface_prefix = %q
 
 func startNetDaemon(t *testing.T, table, prefix string) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string { return c + netSection(table, prefix) })
-	if err != nil {
-		t.Fatalf("start jaild with network: %v", err)
-	}
-	return d
+	return startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string { return c + netSection(table, prefix) }})
 }
 
 // execNet runs code with the given network fields and returns the answer.
@@ -160,7 +157,7 @@ func TestNetworkEgress(t *testing.T) {
 	const table, prefix = "jaildtest", "jt"
 	d := startNetDaemon(t, table, prefix)
 	defer func() {
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 		if tableExists(table) {
@@ -288,7 +285,7 @@ print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), prob
 			calls = append(calls, fmt.Sprintf("probe(%q, %s)", tg[0], tg[1]))
 		}
 		code := probeCode + "import os\nprint(json.dumps([" + strings.Join(calls, ", ") + "]))\n" +
-			"print(os.path.exists(" + strconv.Quote(d.socket) + "), probe('meta.test'))\n"
+			"print(os.path.exists(" + strconv.Quote(d.Socket) + "), probe('meta.test'))\n"
 		r := execNet(t, d, code, internet)
 		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 		var got []string
@@ -365,7 +362,7 @@ print(res.count('ok'), sorted(set(res) - {'ok'}))`, internet)
 		// the refusal arrives while connect() holds the socket), so it
 		// only has to move the counter.
 		key := metricstest.Key("jaild_egress_refused_packets_total")
-		before := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		before := scrapeURL(t, d.Client, "http://jaild/metrics")[key]
 		code := fmt.Sprintf(`import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for a in (%q, %q, %q, %q):
@@ -374,7 +371,7 @@ for a in (%q, %q, %q, %q):
 		if r := execNet(t, d, code, internet); r.Status != "ok" {
 			t.Fatalf("status %s, stderr %q", r.Status, r.Stderr)
 		}
-		mid := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		mid := scrapeURL(t, d.Client, "http://jaild/metrics")[key]
 		if got := mid - before; got != 4 {
 			t.Errorf("jaild_egress_refused_packets_total moved by %g for four datagrams, want 4", got)
 		}
@@ -382,7 +379,7 @@ for a in (%q, %q, %q, %q):
 		if r.Stdout != "EHOSTUNREACH\n" {
 			t.Fatalf("stdout %q, want a refusal", r.Stdout)
 		}
-		if got := scrapeURL(t, d.client, "http://jaild/metrics")[key] - mid; got < 1 || got > 6 {
+		if got := scrapeURL(t, d.Client, "http://jaild/metrics")[key] - mid; got < 1 || got > 6 {
 			t.Errorf("jaild_egress_refused_packets_total moved by %g for one refused connection, want 1 to 6 SYNs", got)
 		}
 	})
@@ -396,7 +393,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 	})
 
 	t.Run("jailctl", func(t *testing.T) {
-		out, errOut, code := jailctlAt(t, d.socket, "", "exec", "--allow-host", "api.test", "-c",
+		out, errOut, code := jailctlAt(t, d.Socket, "", "exec", "--allow-host", "api.test", "-c",
 			"import requests, socket\nprint(requests.get('http://api.test/j', timeout=5).text)\ntry: socket.getaddrinfo('other.test', 80)\nexcept socket.gaierror: print('other.test: no')")
 		if out != "upstream api.test /j\nother.test: no\n" || code != 0 {
 			t.Errorf("jailctl exec --allow-host: %q %q exit %d", out, errOut, code)
@@ -433,7 +430,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 		if st, _ := shared.call(t, "POST", "/v1/execute", map[string]any{"code": "print(1)", "network": "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
 			t.Errorf("egress disabled: HTTP %d %+v, want 403 forbidden naming network.enabled", st, e.Error)
 		}
-		cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
+		cmd := exec.Command("curl", "-s", "--unix-socket", d.Socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
 		if err != nil || !strings.HasSuffix(string(out), "\n403") || !strings.Contains(string(out), "jaild-test-no-such-group") {
@@ -461,7 +458,7 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 		defer close(done)
 		body := map[string]any{"code": "import time; time.sleep(30)", "network": "internet", "limits": map[string]any{"timeout_ms": 40000}}
 		req, _ := json.Marshal(body)
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(string(req)))
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(string(req)))
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -471,18 +468,18 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 			t.Fatal("the networked run never got its link")
 		}
 	}
-	_ = d.cmd.Process.Kill()
-	_ = d.cmd.Wait()
+	_ = d.Cmd.Process.Kill()
+	_ = d.WaitExit()
 	<-done
 	if netLeaks(table, prefix) == "" {
 		t.Fatal("control: kill -9 left nothing behind")
 	}
 	// Restart on the same directory and configuration.
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 	}()

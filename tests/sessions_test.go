@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sessionConfig: short bounds so that expiry is quick to see, a cap of
@@ -35,17 +36,9 @@ keep_ended = "10m"
 
 func startSessionDaemon(t *testing.T, pool int) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", pool, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Pool: pool, Tune: func(c string) string {
 		return setKeys(c, map[string]string{"daily_quota": "1000"}) + sessionConfig
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
@@ -105,7 +98,7 @@ func waitGone(t *testing.T, d *daemon, cg *jailCgroups, jailID string) {
 		if cg.live()[jailID] {
 			return false
 		}
-		_, err := os.Lstat(filepath.Join(d.dir, "run", "runs", jailID))
+		_, err := os.Lstat(filepath.Join(d.Dir, "run", "runs", jailID))
 		return os.IsNotExist(err)
 	})
 }
@@ -320,18 +313,18 @@ func TestSessions(t *testing.T) {
 			{http.MethodPost, "/v1/sessions/" + s.SessionID + "/interrupt", `{}`},
 			{http.MethodDelete, "/v1/sessions/" + s.SessionID, ""},
 		} {
-			code, _, body := curlAs(t, d.socket, c.method, c.path, c.body)
+			code, _, body := curlAs(t, d.Socket, c.method, c.path, c.body)
 			if code != http.StatusNotFound {
 				t.Errorf("uid 65534 %s %s: %d %s, want 404", c.method, c.path, code, body)
 			}
 		}
-		code, _, body := curlAs(t, d.socket, http.MethodGet, "/v1/sessions", "")
+		code, _, body := curlAs(t, d.Socket, http.MethodGet, "/v1/sessions", "")
 		if code != http.StatusOK || strings.Contains(string(body), s.SessionID) {
 			t.Errorf("uid 65534 lists root's session: %d %s", code, body)
 		}
 		var mine []string
 		for i := range 3 {
-			code, _, body := curlAs(t, d.socket, http.MethodPost, "/v1/sessions", `{}`)
+			code, _, body := curlAs(t, d.Socket, http.MethodPost, "/v1/sessions", `{}`)
 			if i < 2 {
 				var got api.Session
 				if code != http.StatusCreated || json.Unmarshal(body, &got) != nil {
@@ -357,7 +350,7 @@ func TestSessions(t *testing.T) {
 			t.Errorf("admin lists %d live sessions of uid 65534, want 2", seen)
 		}
 		for _, id := range mine {
-			if code, _, body := curlAs(t, d.socket, http.MethodDelete, "/v1/sessions/"+id, ""); code != http.StatusOK {
+			if code, _, body := curlAs(t, d.Socket, http.MethodDelete, "/v1/sessions/"+id, ""); code != http.StatusOK {
 				t.Errorf("owner's DELETE: %d %s", code, body)
 			}
 		}
@@ -412,11 +405,7 @@ func jailCPU(t *testing.T, cg *jailCgroups, id string) time.Duration {
 // A kill -9 of the daemon with live sessions: the restarted daemon's
 // sweep removes their jails, and a call on an old session names why.
 func TestSessionsSurviveNothingOfADaemonKill(t *testing.T) {
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string { return c + sessionConfig })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string { return c + sessionConfig }})
 	cg, err := cgroupsOf(d)
 	if err != nil {
 		t.Fatal(err)
@@ -427,11 +416,11 @@ func TestSessionsSurviveNothingOfADaemonKill(t *testing.T) {
 		r := mustExec(t, d, s.SessionID, "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nx = 1")
 		ids, jails = append(ids, s.SessionID), append(jails, r.RunID)
 	}
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
-	if err := d.launch(nil); err != nil {
+	d.WaitExit()
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jails {

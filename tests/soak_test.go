@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // soakKind is one kind of request of the soak's mix, with the exact answer
@@ -152,22 +153,15 @@ func TestSoak(t *testing.T) {
 	// pandas and matplotlib would cost more CPU than the runs themselves
 	// (json is nearly free, and a pool with no pre-import never becomes
 	// ready: the runner only says "ready" after importing something).
-	d, err := startTunedDaemon("", 2, nil, func(cfg string) string {
+	d := startDaemon(t, daemontest.Options{Pool: 2, Tune: func(cfg string) string {
 		return setKeys(cfg, map[string]string{"max_concurrent": "4", "queue_size": "64", "queue_wait": `"300s"`}) + "preimport = [\"json\"]\n"
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	}})
 	sessions := newSoakSessions()
 	mix := append(soakMix(), soakKind{name: "session", run: sessions.life},
 		soakKind{name: "stream", run: soakStream}, soakKind{name: "store", run: soakStore})
 	client := burstClient(d)
 	h := &hostile{d: d}
+	var err error
 	if h.cg, err = cgroupsOf(d); err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +210,13 @@ func TestSoak(t *testing.T) {
 	phase(warm, runs)
 	elapsed := time.Since(start)
 
-	if d.cmd.ProcessState != nil || h.d.cmd.Process.Signal(syscall.Signal(0)) != nil || strings.Contains(d.log.String(), "panic:") {
-		t.Fatalf("the daemon crashed:\n%s", d.log.String())
+	if !d.Running() || h.d.Cmd.Process.Signal(syscall.Signal(0)) != nil || strings.Contains(d.Log.String(), "panic:") {
+		t.Fatalf("the daemon crashed:\n%s", d.Log.String())
 	}
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests lost or wrong:\n%s", n, runs, strings.Join(failures, "\n"))
 		// What the daemon said of them.
-		for _, line := range strings.Split(d.log.String(), "\n") {
+		for _, line := range strings.Split(d.Log.String(), "\n") {
 			if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
 				t.Log(line)
 			}
@@ -233,11 +227,11 @@ func TestSoak(t *testing.T) {
 	// IPC object left; memory of dead jails freed), and a flat RSS.
 	h.waitPoolFull(t)
 	h.checkLeaks(t)
-	rss := vmRSS(d.cmd.Process.Pid)
+	rss := vmRSS(d.Cmd.Process.Pid)
 	if rss > h.base.rss+32<<20 {
 		t.Errorf("daemon RSS %d MiB after the soak, %d MiB after the warm-up", rss>>20, h.base.rss>>20)
 	}
-	if strings.Contains(d.log.String(), "too many open files") {
+	if strings.Contains(d.Log.String(), "too many open files") {
 		t.Errorf("EMFILE in the daemon's log")
 	}
 	t.Logf("%d requests at concurrency %d in %v (%.1f/s): %d lost or wrong; daemon RSS %d MiB (after the warm-up %d MiB), %d fds besides live jails'",

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sleepGap: the codes that print, sleep 2 s and print again must show
@@ -43,17 +44,9 @@ const sleepGap = 1500 * time.Millisecond
 // runs must not queue for long.
 func startStreamDaemon(t *testing.T) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", 0, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Tune: func(c string) string {
 		return setKeys(c, map[string]string{"max_concurrent": "6", "queue_size": "64", "queue_wait": `"60s"`})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
@@ -70,7 +63,7 @@ func postStream(ctx context.Context, d *daemon, path string, body any, accept st
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
-	return d.client.Do(req)
+	return d.Client.Do(req)
 }
 
 // arrived is an event of a stream and when the test read it.
@@ -331,7 +324,7 @@ func streamExec(ctx context.Context, d *daemon, path string, body any, format st
 // can run in a goroutine.
 func plainExec(d *daemon, body any) (*api.ExecuteResponse, error) {
 	j, _ := json.Marshal(body)
-	resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(j))
+	resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(j))
 	if err != nil {
 		return nil, err
 	}
@@ -670,7 +663,7 @@ func TestStream(t *testing.T) {
 			for _, format := range []string{api.MediaNDJSON, api.MediaSSE} {
 				req, _ := http.NewRequest(http.MethodPost, "http://jaild"+c.path, strings.NewReader(c.body))
 				req.Header.Set("Accept", format)
-				resp, err := d.client.Do(req)
+				resp, err := d.Client.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -726,7 +719,7 @@ func TestStream(t *testing.T) {
 	// jailctl exec prints a run's output as it comes.
 	t.Run("jailctl exec", func(t *testing.T) {
 		t.Parallel()
-		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "exec", "-c", twoLines)
+		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "exec", "-c", twoLines)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -765,7 +758,7 @@ func TestStreamSlowReader(t *testing.T) {
 	if _, err := streamExec(context.Background(), d, "/v1/execute", map[string]any{"code": "print('warm-up')"}, api.MediaNDJSON); err != nil {
 		t.Fatal(err)
 	}
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	var peak atomic.Int64
 	stop := make(chan struct{})

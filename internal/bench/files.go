@@ -235,7 +235,7 @@ func median(ds []float64) float64 {
 // post sends an execute request's body and returns the response's; a
 // 413 is a refusal.
 func (d *daemon) post(req []byte) ([]byte, error) {
-	resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(req))
+	resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(req))
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (d *daemon) execute(req api.ExecuteRequest) (*api.ExecuteResponse, error) {
 }
 
 func (d *daemon) putFile(name string, data []byte) (string, error) {
-	resp, err := d.client.Post("http://jaild/v1/files?name="+url.QueryEscape(name), "application/octet-stream", bytes.NewReader(data))
+	resp, err := d.Client.Post("http://jaild/v1/files?name="+url.QueryEscape(name), "application/octet-stream", bytes.NewReader(data))
 	if err != nil {
 		return "", err
 	}
@@ -285,7 +285,7 @@ func (d *daemon) putFile(name string, data []byte) (string, error) {
 // getFile reads the stored file id whole into memory, as the inline
 // client has it.
 func (d *daemon) getFile(id string, size int64) error {
-	resp, err := d.client.Get("http://jaild/v1/files/" + id)
+	resp, err := d.Client.Get("http://jaild/v1/files/" + id)
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func (d *daemon) getFile(id string, size int64) error {
 
 func (d *daemon) deleteFile(id string) {
 	req, _ := http.NewRequest(http.MethodDelete, "http://jaild/v1/files/"+id, nil)
-	if resp, err := d.client.Do(req); err == nil {
+	if resp, err := d.Client.Do(req); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -313,7 +313,7 @@ func (d *daemon) deleteFile(id string) {
 // and returns a func giving how far the peak has since risen above the
 // RSS at the reset.
 func (d *daemon) watchRSS() func() uint64 {
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 	base := procStatus(pid, "VmRSS:")
 	return func() uint64 {
