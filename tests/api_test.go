@@ -109,7 +109,7 @@ func TestExecuteOutcomes(t *testing.T) {
 }
 
 func TestExecuteFigures(t *testing.T) {
-	r := execute(t, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('t')\n", "limits": map[string]int{"timeout_ms": 30000}})
+	r := execute(t, api.ExecuteRequest{Code: "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('t')\n", Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	if r.Status != "ok" || len(r.Figures) != 1 {
 		t.Fatalf("status %q figures %d stderr %s", r.Status, len(r.Figures), r.Stderr)
 	}
@@ -135,14 +135,10 @@ func TestLintMatchesRuffCLI(t *testing.T) {
 		t.Fatalf("only %d diagnostics: %+v", len(lr.Diagnostics), lr.Diagnostics)
 	}
 	// The CLI's own findings for the same code and rules, from a jail.
-	cli := execute(t, map[string]any{
-		"code": "import subprocess, sys\nsrc = open('main.py').read()\n" +
-			"p = subprocess.run(['ruff', 'check', '--isolated', '--no-cache', '--output-format', 'concise', '--select', 'ALL', " +
-			"'--ignore', 'COM812,CPY,D100,D203,D213,FBT,RUF029', '--stdin-filename', 'main.py', '-'], input=src, capture_output=True, text=True)\n" +
-			"print(p.stdout)\n",
-		"files":  []map[string]string{{"path": "main.py", "content_b64": base64.StdEncoding.EncodeToString([]byte(lintCode))}},
-		"limits": map[string]int{"timeout_ms": 30000},
-	})
+	cli := execute(t, api.ExecuteRequest{Code: "import subprocess, sys\nsrc = open('main.py').read()\n" +
+		"p = subprocess.run(['ruff', 'check', '--isolated', '--no-cache', '--output-format', 'concise', '--select', 'ALL', " +
+		"'--ignore', 'COM812,CPY,D100,D203,D213,FBT,RUF029', '--stdin-filename', 'main.py', '-'], input=src, capture_output=True, text=True)\n" +
+		"print(p.stdout)\n", Files: []api.FileIn{{Path: "main.py", ContentB64: base64.StdEncoding.EncodeToString([]byte(lintCode))}}, Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	var want []string
 	for _, line := range strings.Split(cli.Stdout, "\n") {
 		// main.py:1:8: F401 [*] `os` imported but unused

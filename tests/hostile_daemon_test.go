@@ -749,8 +749,7 @@ func runHostileRuffConfig(t *testing.T, h *hostile) string {
 	const code = "import os\n\n\ndef f():\n    return 1\n"
 	hostile := "line-length = 10\nextend = \"/etc/passwd\"\n[lint]\nselect = [\"E501\"]\n"
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-	r := h.exec(t, map[string]any{
-		"code": `import os, subprocess
+	r := h.exec(t, api.ExecuteRequest{Code: `import os, subprocess
 os.makedirs('/tmp/.config/ruff', exist_ok=True)
 open('/tmp/.config/ruff/ruff.toml', 'w').write(open('ruff.toml').read())
 def ruff(*args):
@@ -759,15 +758,7 @@ def ruff(*args):
     return p.stdout + p.stderr
 print('PLAIN', ruff())
 print('ISOLATED', ruff('--isolated', '--select', 'ALL'))
-`,
-		"files": []map[string]string{
-			{"path": "main.py", "content_b64": b64(code)},
-			{"path": "pyproject.toml", "content_b64": b64("[tool.ruff]\n" + strings.ReplaceAll(hostile, "[lint]", "[tool.ruff.lint]"))},
-			{"path": "ruff.toml", "content_b64": b64(hostile)},
-			{"path": ".ruff.toml", "content_b64": b64(hostile)},
-		},
-		"limits": map[string]any{"timeout_ms": 30000},
-	})
+`, Files: []api.FileIn{{Path: "main.py", ContentB64: b64(code)}, {Path: "pyproject.toml", ContentB64: b64("[tool.ruff]\n" + strings.ReplaceAll(hostile, "[lint]", "[tool.ruff.lint]"))}, {Path: "ruff.toml", ContentB64: b64(hostile)}, {Path: ".ruff.toml", ContentB64: b64(hostile)}}, Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	wantStatus(t, r, "ok")
 	plain, isolated, _ := strings.Cut(r.Stdout, "ISOLATED")
 	if strings.Contains(isolated, "E501") || !strings.Contains(isolated, "F401") {

@@ -80,14 +80,7 @@ func (ss *sessionSet) request(nobody bool, method, path string, body any) (int, 
 // same network as every run.
 func (ss *sessionSet) open(body map[string]any) *sess {
 	ss.t.Helper()
-	req := map[string]any{}
-	for k, v := range ss.d.inject {
-		req[k] = v
-	}
-	for k, v := range body {
-		req[k] = v
-	}
-	s, status, raw := ss.create(false, req)
+	s, status, raw := ss.create(false, ss.d.withInject(body).(map[string]any))
 	if s == nil {
 		ss.t.Fatalf("create a session: HTTP %d: %s", status, raw)
 	}
@@ -132,7 +125,7 @@ func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []by
 // exec runs a call of s as its owner and returns its 200 response, failing
 // the test on anything else. Every call of a session runs in the same
 // jail: its run_id.
-func (ss *sessionSet) exec(s *sess, req map[string]any) *api.SessionExecuteResponse {
+func (ss *sessionSet) exec(s *sess, req any) *api.SessionExecuteResponse {
 	ss.t.Helper()
 	status, raw := ss.request(s.nobody, "POST", "/v1/sessions/"+s.id+"/execute", req)
 	if status != http.StatusOK {
@@ -169,7 +162,7 @@ type asyncCall struct {
 	err    error
 }
 
-func (ss *sessionSet) execAsync(s *sess, req map[string]any) <-chan asyncCall {
+func (ss *sessionSet) execAsync(s *sess, req any) <-chan asyncCall {
 	ch := make(chan asyncCall, 1)
 	body, _ := json.Marshal(req)
 	go func() {
@@ -516,9 +509,9 @@ print('planted')
 	r = ss.exec(c, code(probe))
 	wantCall(t, r, "ok")
 	clean("a session of uid 65534", callJSON(t, r))
-	clean("a fresh run", outJSON(t, h.exec(t, map[string]any{"code": probe})))
+	clean("a fresh run", outJSON(t, h.exec(t, api.ExecuteRequest{Code: probe})))
 	ss.del(a)
-	clean("a fresh run after the planting session ended", outJSON(t, h.exec(t, map[string]any{"code": probe})))
+	clean("a fresh run after the planting session ended", outJSON(t, h.exec(t, api.ExecuteRequest{Code: probe})))
 	return "the planting session sees all four in its next call; another session of root, a session of uid 65534 and fresh runs (during and after) see none"
 }
 
@@ -815,7 +808,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	idle, busy := ss.open(nil), ss.open(nil)
 	wantCall(t, ss.exec(idle, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	wantCall(t, ss.exec(busy, code("x = 1")), "ok")
-	ss.execAsync(busy, map[string]any{"code": "open('started', 'w').close()\nimport time\ntime.sleep(120)", "limits": map[string]any{"timeout_ms": 120000}})
+	ss.execAsync(busy, api.SessionExecuteRequest{Code: "open('started', 'w').close()\nimport time\ntime.sleep(120)", Limits: &api.Limits{TimeoutMs: ptr(int64(120000))}})
 	waitFor(t, 30*time.Second, "the call to start", func() bool {
 		_, err := os.Stat(filepath.Join(d.Dir, "run", "runs", busy.jail, "work", "started"))
 		return err == nil
@@ -910,7 +903,7 @@ open('kept', 'w').write('workspace')
 x = 1
 start = open('/proc/1/stat').read().split()[21]
 `)), "ok")
-	r := ss.exec(s, map[string]any{"code": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", "limits": map[string]any{"timeout_ms": 1000}})
+	r := ss.exec(s, api.SessionExecuteRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", Limits: &api.Limits{TimeoutMs: ptr(int64(1000))}})
 	wantStatus(t, &r.ExecuteResponse, "timeout")
 	if !r.Session.StateLost || r.Session.LostReason == nil || *r.Session.LostReason != "timeout" || r.Session.State != api.SessionIdle {
 		t.Errorf("a call that ignores SIGINT past its timeout: session %+v, want state_lost (timeout) and the session idle", r.Session)

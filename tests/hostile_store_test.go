@@ -143,7 +143,7 @@ func storeCase(id, title, expect string, run func(t *testing.T, h *hostile) stri
 // store.
 func (h *hostile) storeExec(t *testing.T, code string, patterns ...string) *api.ExecuteResponse {
 	t.Helper()
-	return h.exec(t, map[string]any{"code": code, "return_files": patterns, "return_files_as": api.ReturnStore})
+	return h.exec(t, api.ExecuteRequest{Code: code, ReturnFiles: patterns, ReturnFilesAs: api.ReturnStore})
 }
 
 // checkStored checks that f was stored as owner's and that the store's
@@ -247,7 +247,7 @@ func curlNobody(t *testing.T, socket, method, p string, headers []string, body [
 
 // nobodyExec runs an execute request as uid 65534 and returns its 200
 // response.
-func (h *hostile) nobodyExec(t *testing.T, req map[string]any) *api.ExecuteResponse {
+func (h *hostile) nobodyExec(t *testing.T, req any) *api.ExecuteResponse {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	status, _, raw := curlNobody(t, h.d.Socket, "POST", "/v1/execute", []string{"Content-Type: application/json"}, body)
@@ -283,25 +283,12 @@ func wantStoreErr(t *testing.T, what string, status int, raw []byte, wantStatus 
 	return fmt.Sprintf("%d %s", status, e.Error.Type)
 }
 
-// withInject adds the daemon's injected fields (the networked suite's
-// network) to a request sent without daemon.call.
-func (h *hostile) withInject(req map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range h.d.inject {
-		out[k] = v
-	}
-	for k, v := range req {
-		out[k] = v
-	}
-	return out
-}
-
 // streamRun runs req streamed in format to its end and returns the
 // stream, checked for its framing (parseStream), and its execute
 // response (done, with the output of the events).
 func (h *hostile) streamRun(t *testing.T, req map[string]any, format string) (*streamed, *api.ExecuteResponse) {
 	t.Helper()
-	s, err := streamExec(context.Background(), h.d, "/v1/execute", h.withInject(req), format)
+	s, err := streamExec(context.Background(), h.d, "/v1/execute", h.d.withInject(req), format)
 	if s != nil {
 		h.noteRun(s.start.RunID)
 	}
@@ -550,8 +537,7 @@ func runStoreGrowingSession(t *testing.T, h *hostile) string {
 	defer ss.closeAll()
 	s := ss.open(nil)
 	wantCall(t, ss.exec(s, code(strings.Replace(growCode, "time.sleep(0.5)", "time.sleep(0.2)", 1))), "ok")
-	r := ss.exec(s, map[string]any{"code": "import os, time\ntime.sleep(0.5)\nprint(os.path.getsize('out/grow.bin'))\n",
-		"return_files": []string{"out/grow.bin"}, "return_files_as": api.ReturnStore})
+	r := ss.exec(s, api.SessionExecuteRequest{Code: "import os, time\ntime.sleep(0.5)\nprint(os.path.getsize('out/grow.bin'))\n", ReturnFiles: []string{"out/grow.bin"}, ReturnFilesAs: api.ReturnStore})
 	wantCall(t, r, "ok")
 	f := filesByPath(&r.ExecuteResponse)["out/grow.bin"]
 	h.checkStored(t, f, 0)
@@ -607,7 +593,7 @@ open('out/a0.bin', 'wb').write(b'b' * (17 << 20))
 for n in ('a1', 'a2', 'a3'): open(f'out/{n}.bin', 'wb').write(b'a' * (15 << 20))
 for i in range(10): open(f'out/f{i:02d}.txt', 'w').write(f'small {i}')
 `
-	r := h.nobodyExec(t, map[string]any{"code": code, "return_files": []string{"out/*"}, "return_files_as": api.ReturnStore})
+	r := h.nobodyExec(t, api.ExecuteRequest{Code: code, ReturnFiles: []string{"out/*"}, ReturnFilesAs: api.ReturnStore})
 	wantStatus(t, r, "ok")
 	m := filesByPath(r)
 	for _, p := range []string{"out/a1.bin", "out/a2.bin"} {
@@ -707,10 +693,7 @@ func runStreamInvalidUTF8(t *testing.T, h *hostile) string {
 func runStreamAlternating(t *testing.T, h *hostile) string {
 	const outputCap = 4 << 20
 	const n = outputCap / 8
-	req := h.withInject(map[string]any{
-		"code":   "import os\ni = 0\nwhile True:\n    os.write(1, b'%07d\\n' % i); os.write(2, b'%07d\\n' % i); i += 1\n",
-		"limits": map[string]any{"output_bytes": outputCap, "timeout_ms": 60000},
-	})
+	req := h.d.withInject(api.ExecuteRequest{Code: "import os\ni = 0\nwhile True:\n    os.write(1, b'%07d\\n' % i); os.write(2, b'%07d\\n' % i); i += 1\n", Limits: &api.Limits{OutputBytes: ptr(int64(outputCap)), TimeoutMs: ptr(int64(60000))}})
 	pid := h.d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	stop := make(chan struct{})
@@ -770,10 +753,7 @@ func runStreamAlternating(t *testing.T, h *hostile) string {
 func runStreamDisconnect(t *testing.T, h *hostile) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resp, err := postStream(ctx, h.d, "/v1/execute", h.withInject(map[string]any{
-		"code":   "import itertools, time\nfor i in itertools.count():\n    print('x' * 100, i)\n    time.sleep(0.001)\n",
-		"limits": map[string]any{"timeout_ms": 60000, "output_bytes": 16 << 20},
-	}), api.MediaNDJSON)
+	resp, err := postStream(ctx, h.d, "/v1/execute", h.d.withInject(api.ExecuteRequest{Code: "import itertools, time\nfor i in itertools.count():\n    print('x' * 100, i)\n    time.sleep(0.001)\n", Limits: &api.Limits{TimeoutMs: ptr(int64(60000)), OutputBytes: ptr(int64(16 << 20))}}), api.MediaNDJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1117,15 +1097,14 @@ func runStoreFull(t *testing.T, h *hostile) string {
 	obs = append(obs, "raw upload: "+wantStoreErr(t, "raw upload", status, raw, http.StatusInsufficientStorage, "insufficient_storage", "max_total_bytes"))
 	status, raw = h.nobodyUpload(t, "", "multipart/form-data; boundary=b", multipartBody("b", 0, `Content-Disposition: form-data; name="file"; filename="more.bin"`, "xy"))
 	obs = append(obs, "multipart upload: "+wantStoreErr(t, "multipart upload", status, raw, http.StatusInsufficientStorage, "insufficient_storage", "max_total_bytes"))
-	r := h.nobodyExec(t, map[string]any{"code": "open('out.txt', 'w').write('result')\nprint(len(open('in.bin', 'rb').read()))",
-		"files": []map[string]any{{"path": "in.bin", "file_id": n1.FileID}}, "return_files": []string{"out.txt"}, "return_files_as": api.ReturnStore})
+	r := h.nobodyExec(t, api.ExecuteRequest{Code: "open('out.txt', 'w').write('result')\nprint(len(open('in.bin', 'rb').read()))", Files: []api.FileIn{{Path: "in.bin", FileID: n1.FileID}}, ReturnFiles: []string{"out.txt"}, ReturnFilesAs: api.ReturnStore})
 	wantStatus(t, r, "ok")
 	if r.Stdout != fmt.Sprintf("%d\n", len(chunk)) {
 		t.Errorf("uid 65534's run read %q of its stored file", r.Stdout)
 	}
 	obs = append(obs, "uid 65534's run (with its stored file as input): HTTP 200, "+notStored(t, r, "max_total_bytes", "out.txt"))
 	h.print1(t)
-	if r := h.nobodyExec(t, map[string]any{"code": "print(1)"}); r.Status != "ok" || r.Stdout != "1\n" {
+	if r := h.nobodyExec(t, api.ExecuteRequest{Code: "print(1)"}); r.Status != "ok" || r.Stdout != "1\n" {
 		t.Errorf("uid 65534's print(1): %+v", r)
 	}
 	if status, data := h.rootDo(t, "GET", "/v1/files/"+n1.FileID, "", nil); status != http.StatusOK || !bytes.Equal(data, chunk) {
@@ -1147,7 +1126,7 @@ func runStoreInputCopy(t *testing.T, h *hostile) string {
 	data := make([]byte, 1<<20)
 	_, _ = rand.Read(data)
 	in := h.rootUpload(t, "in.bin", data)
-	r := h.exec(t, map[string]any{"code": `import hashlib, json, os
+	r := h.exec(t, api.ExecuteRequest{Code: `import hashlib, json, os
 res = {'sha256': hashlib.sha256(open('in.bin', 'rb').read()).hexdigest()}
 with open('in.bin', 'r+b') as f: f.write(b'OVERWRITTEN')
 os.truncate('in.bin', 5)
@@ -1161,7 +1140,7 @@ for fd in os.listdir('/proc/self/fd'):
     except OSError: pass
 res['store_fds'] = [l for l in targets if '.data' in l or '/files' in l or 'f-' in l]
 print(json.dumps(res))
-`, "files": []map[string]any{{"path": "in.bin", "file_id": in.FileID}}})
+`, Files: []api.FileIn{{Path: "in.bin", FileID: in.FileID}}})
 	wantStatus(t, r, "ok")
 	got := outJSON(t, r)
 	if got["sha256"] != in.SHA256 || fmt.Sprint(got["links"]) != "2" || fmt.Sprint(got["store_fds"]) != "[]" {

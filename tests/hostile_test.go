@@ -55,7 +55,7 @@ type hcase struct {
 	id, cat, title, expect string
 
 	code  string
-	req   map[string]any
+	req   api.ExecuteRequest
 	check func(t *testing.T, r *api.ExecuteResponse) string
 
 	run func(t *testing.T, h *hostile) string
@@ -167,7 +167,7 @@ func (h *hostile) noteRun(id string) {
 
 // exec posts an execute request and returns its 200 response, failing the
 // test on anything else.
-func (h *hostile) exec(t *testing.T, req map[string]any) *api.ExecuteResponse {
+func (h *hostile) exec(t *testing.T, req any) *api.ExecuteResponse {
 	t.Helper()
 	var raw json.RawMessage
 	status, _ := h.d.call(t, "POST", "/v1/execute", req, &raw)
@@ -248,10 +248,8 @@ func (h *hostile) runCase(t *testing.T, c hcase) string {
 	if c.run != nil {
 		return c.run(t, h)
 	}
-	req := map[string]any{"code": c.code}
-	for k, v := range c.req {
-		req[k] = v
-	}
+	req := c.req
+	req.Code = c.code
 	return c.check(t, h.exec(t, req))
 }
 

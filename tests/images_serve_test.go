@@ -239,7 +239,7 @@ func TestImagesReload(t *testing.T) {
 		ch := make(chan *api.ExecuteResponse, 1)
 		go func() {
 			var r api.ExecuteResponse
-			d.call(t, "POST", "/v1/execute", map[string]any{"image": image, "code": "import time, sys\ntime.sleep(3)\nprint(sys.version_info[0])"}, &r)
+			d.call(t, "POST", "/v1/execute", api.ExecuteRequest{Image: image, Code: "import time, sys\ntime.sleep(3)\nprint(sys.version_info[0])"}, &r)
 			ch <- &r
 		}()
 		return ch

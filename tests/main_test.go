@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/daemontest"
 )
 
@@ -134,18 +136,36 @@ func activated(t testing.TB, socket string) *daemon {
 	return startDaemon(t, daemontest.Options{Wrap: []string{"systemd-socket-activate", "-l", socket}, Socket: socket, Ready: daemontest.SocketExists})
 }
 
+// withInject adds the daemon's injected fields to an execute request (a
+// map, or an api.ExecuteRequest: then only "network" is injected) where
+// the request does not set them; other bodies are sent as they are.
+func (d *daemon) withInject(body any) any {
+	if d.inject == nil {
+		return body
+	}
+	network, _ := d.inject["network"].(string)
+	switch b := body.(type) {
+	case map[string]any:
+		out := maps.Clone(d.inject)
+		maps.Copy(out, b)
+		return out
+	case api.ExecuteRequest:
+		if b.Network == "" {
+			b.Network = network
+		}
+		return b
+	case *api.ExecuteRequest:
+		c := *b
+		return d.withInject(c)
+	}
+	return body
+}
+
 // call sends a request and decodes the JSON answer into out (if non-nil).
 func (d *daemon) call(t *testing.T, method, path string, body any, out any) (int, http.Header) {
 	t.Helper()
-	if m, ok := body.(map[string]any); ok && d.inject != nil && path == "/v1/execute" {
-		withNet := map[string]any{}
-		for k, v := range d.inject {
-			withNet[k] = v
-		}
-		for k, v := range m {
-			withNet[k] = v
-		}
-		body = withNet
+	if path == "/v1/execute" {
+		body = d.withInject(body)
 	}
 	var rd io.Reader
 	switch b := body.(type) {

@@ -427,7 +427,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 		}
 		// Egress disabled (the shared daemon), and a caller not allowed it.
 		var e api.ErrorBody
-		if st, _ := shared.call(t, "POST", "/v1/execute", map[string]any{"code": "print(1)", "network": "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
+		if st, _ := shared.call(t, "POST", "/v1/execute", api.ExecuteRequest{Code: "print(1)", Network: "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
 			t.Errorf("egress disabled: HTTP %d %+v, want 403 forbidden naming network.enabled", st, e.Error)
 		}
 		cmd := exec.Command("curl", "-s", "--unix-socket", d.Socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // fakeDaemon answers "METHOD /path" with canned JSON on a Unix socket and
@@ -50,18 +49,8 @@ func newFakeDaemon(t *testing.T, replies map[string]reply) *fakeDaemon {
 // the route and its number of requests so far, this one included.
 func newFakeDaemonFunc(t *testing.T, replies func(route string, n int) (reply, bool)) *fakeDaemon {
 	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s"), last: map[string][]byte{}, hits: map[string]int{}}
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f := &fakeDaemon{last: map[string][]byte{}, hits: map[string]int{}}
+	f.sock = raw.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route := r.Method + " " + r.URL.Path
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
@@ -76,13 +65,8 @@ func newFakeDaemonFunc(t *testing.T, replies func(route string, n int) (reply, b
 		if rep.status == 0 {
 			rep.status = http.StatusOK
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rep.status)
-		io.WriteString(w, rep.body)
+		raw.JSON(rep.status, nil, rep.body)(w, r)
 	}))
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
 	return f
 }
 
@@ -862,23 +846,11 @@ func TestEndSessionsIsBounded(t *testing.T) {
 	defer func(d time.Duration) { endTimeout = d }(endTimeout)
 	endTimeout = 100 * time.Millisecond
 	hang := make(chan struct{})
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
-	defer close(hang)
-	s := &Server{client: client.New(filepath.Join(dir, "s"))}
+	sock := raw.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	defer close(hang) // before the server's close, which waits for the handlers
+	s := &Server{client: client.New(sock)}
 	start := time.Now()
-	err = s.endSessions(context.Background(), []string{"s-1", "s-2"})
+	err := s.endSessions(context.Background(), []string{"s-1", "s-2"})
 	if !errors.Is(err, ErrSessionsLeft) || time.Since(start) > 2*time.Second {
 		t.Errorf("endSessions on a hung daemon: %v after %s", err, time.Since(start))
 	}

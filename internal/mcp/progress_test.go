@@ -3,11 +3,8 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,26 +14,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // handlerDaemon serves h as the daemon on a Unix socket.
 func handlerDaemon(t *testing.T, h http.HandlerFunc) *fakeDaemon {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s")}
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return f
+	return &fakeDaemon{sock: raw.Serve(t, h)}
 }
 
 // ndjson writes a stream of events, numbered from 1, flushing each.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,27 +16,13 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // fakeDaemon serves handler on a Unix socket and returns a client of it.
 func fakeDaemon(t *testing.T, handler http.HandlerFunc) *client.Client {
 	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "jw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(handler)
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return client.New(sock)
+	return client.New(raw.Serve(t, handler))
 }
 
 // recorder is a fake daemon that answers every request with status and

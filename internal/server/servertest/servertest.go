@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/jaild/jaild/internal/rootfs"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // Engine is a fake engine. RunFunc answers Run (a run that prints nothing
@@ -158,11 +158,8 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // shut down when the test ends.
 func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "servertest") // short: a socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := raw.SocketDir(t)
+	var err error
 	if cfg.Files.Dir == config.Default().Files.Dir {
 		// The file store of a test lives and dies with it, on whatever
 		// disk the test has.
