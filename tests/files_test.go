@@ -307,7 +307,7 @@ func fsReadResponse(t *testing.T, c net.Conn, br *bufio.Reader, limit time.Durat
 }
 
 // fsExec posts an execute request as root and returns its 200 response.
-func fsExec(t *testing.T, d *daemon, path string, req map[string]any) ([]byte, *api.ExecuteResponse) {
+func fsExec(t *testing.T, d *daemon, path string, req any) ([]byte, *api.ExecuteResponse) {
 	t.Helper()
 	j, _ := json.Marshal(req)
 	resp, body := fsCall(t, d, "POST", path, bytes.NewReader(j), "Content-Type", "application/json")
@@ -717,10 +717,10 @@ func TestFilesInRuns(t *testing.T) {
 	// stored.
 	t.Run("symlink not stored", func(t *testing.T) {
 		before := fsList(t, d)
-		_, r := fsExec(t, d, "/v1/execute", map[string]any{
-			"code":            "import os\nos.symlink('/etc/shadow', 'shadow')\nos.symlink('/etc/passwd', 'passwd.txt')\nopen('real.txt', 'w').write('real')",
-			"return_files":    []string{"shadow", "*.txt"},
-			"return_files_as": "store",
+		_, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{
+			Code:          "import os\nos.symlink('/etc/shadow', 'shadow')\nos.symlink('/etc/passwd', 'passwd.txt')\nopen('real.txt', 'w').write('real')",
+			ReturnFiles:   []string{"shadow", "*.txt"},
+			ReturnFilesAs: "store",
 		})
 		var real api.FileOut
 		for _, fo := range r.Files {
@@ -766,9 +766,9 @@ func TestFilesInRuns(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("execute", func(t *testing.T) {
 			t.Parallel()
-			_, r := fsExec(t, d, "/v1/execute", map[string]any{
-				"code":  readCode("data/input.bin"),
-				"files": []map[string]any{{"path": "data/input.bin", "file_id": f.FileID}},
+			_, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{
+				Code:  readCode("data/input.bin"),
+				Files: []api.FileIn{{Path: "data/input.bin", FileID: f.FileID}},
 			})
 			checkRead(t, r.Stdout, map[string]api.StoredFile{"data/input.bin": f})
 		})
@@ -776,18 +776,18 @@ func TestFilesInRuns(t *testing.T) {
 		t.Run("session", func(t *testing.T) {
 			t.Parallel()
 			g := fsUpload(t, d, "second.bin", fsDetBytes(9, 100_000))
-			s := newSession(t, d, map[string]any{"files": []map[string]any{{"path": "a.bin", "file_id": f.FileID}}})
+			s := newSession(t, d, api.SessionCreateRequest{Files: []api.FileIn{{Path: "a.bin", FileID: f.FileID}}})
 			defer deleteSession(t, d, s.SessionID)
-			_, r := fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", map[string]any{
-				"code":  readCode("a.bin", "b.bin"),
-				"files": []map[string]any{{"path": "b.bin", "file_id": g.FileID}},
+			_, r := fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{
+				Code:  readCode("a.bin", "b.bin"),
+				Files: []api.FileIn{{Path: "b.bin", FileID: g.FileID}},
 			})
 			checkRead(t, r.Stdout, map[string]api.StoredFile{"a.bin": f, "b.bin": g})
 			// A session's call returns into the store too.
-			_, r = fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", map[string]any{
-				"code":            "import hashlib\nb = open('a.bin', 'rb').read()[::-1]\nopen('rev.bin', 'wb').write(b)\nprint(hashlib.sha256(b).hexdigest())",
-				"return_files":    []string{"rev.bin"},
-				"return_files_as": "store",
+			_, r = fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{
+				Code:          "import hashlib\nb = open('a.bin', 'rb').read()[::-1]\nopen('rev.bin', 'wb').write(b)\nprint(hashlib.sha256(b).hexdigest())",
+				ReturnFiles:   []string{"rev.bin"},
+				ReturnFilesAs: "store",
 			})
 			fsCheckStoredOutputs(t, d, r, map[string]int64{"rev.bin": f.SizeBytes}, map[string]string{"rev.bin": strings.TrimSpace(r.Stdout)}, 0)
 		})
@@ -798,9 +798,9 @@ func TestFilesInRuns(t *testing.T) {
 			for _, c := range []struct {
 				path, id string
 			}{{"/v1/execute", f.FileID}, {"/v1/execute", missing}, {"/v1/execute", "f-../../etc/shadow"}, {"/v1/sessions", f.FileID}} {
-				status, body := fsNobodyJSON(t, d, c.path, map[string]any{"code": "print(1)", "files": []map[string]any{{"path": "x.bin", "file_id": c.id}}})
+				status, body := fsNobodyJSON(t, d, c.path, api.ExecuteRequest{Code: "print(1)", Files: []api.FileIn{{Path: "x.bin", FileID: c.id}}})
 				if c.path == "/v1/sessions" {
-					status, body = fsNobodyJSON(t, d, c.path, map[string]any{"files": []map[string]any{{"path": "x.bin", "file_id": c.id}}})
+					status, body = fsNobodyJSON(t, d, c.path, api.SessionCreateRequest{Files: []api.FileIn{{Path: "x.bin", FileID: c.id}}})
 				}
 				fsWantError(t, "uid 65534 "+c.path+" with file_id "+c.id, status, body, http.StatusNotFound, "not_found", "files[0].file_id", "")
 			}
@@ -823,7 +823,7 @@ print(json.dumps({'out/big.bin': hashlib.sha256(big).hexdigest(), 'out/report.tx
 				text += len(fmt.Sprintf("line %d of the report\n", i))
 			}
 			sizes := map[string]int64{"out/big.bin": 5 << 20, "out/report.txt": int64(text)}
-			raw, r := fsExec(t, d, "/v1/execute", map[string]any{"code": code, "return_files": []string{"out/*"}, "return_files_as": "store"})
+			raw, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{Code: code, ReturnFiles: []string{"out/*"}, ReturnFilesAs: "store"})
 			if bytes.Contains(raw, []byte("content_b64")) {
 				t.Errorf("a response returning into the store has content_b64: %.500s", raw)
 			}
@@ -838,8 +838,10 @@ print(json.dumps({'out/big.bin': hashlib.sha256(big).hexdigest(), 'out/report.tx
 			}
 
 			// uid 65534's outputs are its own.
-			status, body := fsNobodyJSON(t, d, "/v1/execute", map[string]any{
-				"code": "open('mine.txt', 'w').write('made by 65534')", "return_files": []string{"mine.txt"}, "return_files_as": "store",
+			status, body := fsNobodyJSON(t, d, "/v1/execute", api.ExecuteRequest{
+				Code:          "open('mine.txt', 'w').write('made by 65534')",
+				ReturnFiles:   []string{"mine.txt"},
+				ReturnFilesAs: "store",
 			})
 			var nr api.ExecuteResponse
 			if err := strictJSON(body, &nr); status != http.StatusOK || err != nil || nr.Status != api.StatusOK || len(nr.Files) != 1 || nr.Files[0].FileID == "" {
@@ -1186,9 +1188,11 @@ for i in range(8):
     with open(f'out/f{i}.bin', 'wb') as f:
         for _ in range(16):
             f.write(os.urandom(1 << 20))`
-	body, _ := json.Marshal(map[string]any{
-		"code": code, "return_files": []string{"out/*.bin"}, "return_files_as": "store",
-		"limits": map[string]any{"file_size_mb": 256, "memory_mb": 1024, "timeout_ms": 60000},
+	body, _ := json.Marshal(api.ExecuteRequest{
+		Code:          code,
+		ReturnFiles:   []string{"out/*.bin"},
+		ReturnFilesAs: "store",
+		Limits:        &api.Limits{FileSizeMB: ptr(int64(256)), MemoryMB: ptr(int64(1024)), TimeoutMs: ptr(int64(60000))},
 	})
 	done := make(chan string, 1)
 	go func() {

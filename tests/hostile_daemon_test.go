@@ -359,7 +359,7 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 	h.extraParents = []string{cg.rel}
 	defer func() { h.extraParents = nil }()
 	pattern := strings.Repeat("**/", 31) + "nomatch"
-	body, _ := json.Marshal(map[string]any{"code": "import os\nos.makedirs('a/' * 12)\nopen('a/' * 12 + 'f', 'w').close()", "return_files": []string{pattern}})
+	body, _ := json.Marshal(api.ExecuteRequest{Code: "import os\nos.makedirs('a/' * 12)\nopen('a/' * 12 + 'f', 'w').close()", ReturnFiles: []string{pattern}})
 	client := burstClient(d)
 	client.Timeout = 30 * time.Second
 	start := time.Now()
@@ -768,7 +768,7 @@ print('ISOLATED', ruff('--isolated', '--select', 'ALL'))
 		t.Errorf("control: plain ruff did not read the hostile configuration:\n%s", plain)
 	}
 	var lr api.LintResponse
-	if status, _ := h.d.call(t, "POST", "/v1/lint", map[string]any{"code": code}, &lr); status != 200 {
+	if status, _ := h.d.call(t, "POST", "/v1/lint", api.LintRequest{Code: code}, &lr); status != 200 {
 		t.Fatalf("lint: HTTP %d", status)
 	}
 	var codes []string

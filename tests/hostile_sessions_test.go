@@ -78,9 +78,9 @@ func (ss *sessionSet) request(nobody bool, method, path string, body any) (int, 
 
 // open creates a session as root; in the networked suite it asks for the
 // same network as every run.
-func (ss *sessionSet) open(body map[string]any) *sess {
+func (ss *sessionSet) open(body api.SessionCreateRequest) *sess {
 	ss.t.Helper()
-	s, status, raw := ss.create(false, ss.d.withInject(body).(map[string]any))
+	s, status, raw := ss.create(false, ss.d.withInject(body).(api.SessionCreateRequest))
 	if s == nil {
 		ss.t.Fatalf("create a session: HTTP %d: %s", status, raw)
 	}
@@ -89,15 +89,12 @@ func (ss *sessionSet) open(body map[string]any) *sess {
 
 // openNobody creates a session as uid 65534: the session, or nil with the
 // status and body of the refusal.
-func (ss *sessionSet) openNobody(body map[string]any) (*sess, int, []byte) {
+func (ss *sessionSet) openNobody(body api.SessionCreateRequest) (*sess, int, []byte) {
 	ss.t.Helper()
-	if body == nil {
-		body = map[string]any{}
-	}
 	return ss.create(true, body)
 }
 
-func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []byte) {
+func (ss *sessionSet) create(nobody bool, body api.SessionCreateRequest) (*sess, int, []byte) {
 	ss.t.Helper()
 	status, raw := ss.request(nobody, "POST", "/v1/sessions", body)
 	if status != http.StatusCreated {
@@ -114,7 +111,7 @@ func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []by
 	if info.UID != want {
 		ss.t.Errorf("session %s: uid %d, want %d", info.SessionID, info.UID, want)
 	}
-	if n, ok := body["network"]; ok && info.Network != n {
+	if n := body.Network; n != "" && info.Network != n {
 		ss.t.Errorf("session %s: network %q, asked for %v", info.SessionID, info.Network, n)
 	}
 	s := &sess{id: info.SessionID, nobody: nobody}
@@ -153,7 +150,7 @@ func (ss *sessionSet) callResult(s *sess, raw []byte) *api.SessionExecuteRespons
 }
 
 // code is the body of a call of code alone.
-func code(src string) map[string]any { return map[string]any{"code": src} }
+func code(src string) api.SessionExecuteRequest { return api.SessionExecuteRequest{Code: src} }
 
 // asyncCall is a call running in the background (as root).
 type asyncCall struct {
@@ -413,7 +410,7 @@ func runSessionFrozen(t *testing.T, h *hostile) string {
 	h.waitPoolFull(t)
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(spawnSpinners)), "ok")
 	// In the next call the spinners run (the call's CPU time shows them)
 	// and the processes of the first call are still there.
@@ -476,7 +473,7 @@ func runSessionPlant(t *testing.T, h *hostile) string {
 	defer ss.closeAll()
 	token := randHex(6)
 	probe := fmt.Sprintf(plantProbe, token)
-	a := ss.open(nil)
+	a := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(a, code(fmt.Sprintf(`import socket
 T = '%s'
 for p in ('/tmp/planted-' + T, 'planted-' + T, '/dev/shm/planted-' + T):
@@ -498,11 +495,11 @@ print('planted')
 			t.Errorf("%s sees what session A planted: %v", who, out)
 		}
 	}
-	b := ss.open(nil)
+	b := ss.open(api.SessionCreateRequest{})
 	r = ss.exec(b, code(probe))
 	wantCall(t, r, "ok")
 	clean("another session of the same uid", callJSON(t, r))
-	c, status, raw := ss.openNobody(nil)
+	c, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if c == nil {
 		t.Fatalf("create a session as uid %d: HTTP %d: %s", nobodyUID, status, raw)
 	}
@@ -518,7 +515,7 @@ print('planted')
 func runSessionFds(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	r := ss.exec(s, code(`import errno, json, os, socket, stat
 def kind(fd):
     try: m = os.fstat(fd).st_mode
@@ -609,7 +606,7 @@ print(json.dumps({'pipe': os.read(pr, 6).decode(), 'socketpair': sb.recv(4).deco
 func runSessionForgedRecords(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a, b := ss.open(nil), ss.open(nil)
+	a, b := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	r := ss.exec(a, code(`import json, os
 n = 1
 for call in range(1, 41):
@@ -661,7 +658,7 @@ print('three')
 func runSessionSignals(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a, b := ss.open(nil), ss.open(nil)
+	a, b := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(b, code("y = 7")), "ok")
 	r := ss.exec(a, code(`import json, os, signal, time
 x = 41
@@ -721,7 +718,7 @@ print(x, open('/proc/1/stat').read().split()[21] == %q)
 func runSessionOtherUID(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a := ss.open(nil)
+	a := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(a, code("secret = 'root-session'")), "ok")
 	running := ss.execAsync(a, code("import time\ntime.sleep(3)\nprint(secret)"))
 	waitFor(t, 30*time.Second, "root's call to run", func() bool { return ss.get(a).State == api.SessionRunning })
@@ -762,7 +759,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	var refused api.ErrorBody
 	refusedStatus := 0
 	for range sessMaxPerUID + 2 {
-		s, status, raw := ss.openNobody(nil)
+		s, status, raw := ss.openNobody(api.SessionCreateRequest{})
 		if s == nil {
 			refusedStatus, refused = status, apiError(t, raw)
 			break
@@ -779,7 +776,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	for _, s := range mine {
 		ss.del(s)
 	}
-	again, status, raw := ss.openNobody(nil)
+	again, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if again == nil {
 		t.Errorf("uid %d after deleting its sessions: HTTP %d %s, want a new session", nobodyUID, status, raw)
 	} else {
@@ -805,7 +802,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	h.extraParents = []string{cg.rel}
 	defer func() { h.extraParents = nil }()
 	ss := &sessionSet{h: h, d: d, t: t}
-	idle, busy := ss.open(nil), ss.open(nil)
+	idle, busy := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(idle, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	wantCall(t, ss.exec(busy, code("x = 1")), "ok")
 	ss.execAsync(busy, api.SessionExecuteRequest{Code: "open('started', 'w').close()\nimport time\ntime.sleep(120)", Limits: &api.Limits{TimeoutMs: ptr(int64(120000))}})
@@ -872,7 +869,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	if status, _ := d.call(t, "GET", "/v1/sessions", nil, &list); status != http.StatusOK || len(list.Sessions) != 0 {
 		t.Errorf("the restarted daemon lists sessions: HTTP %d %+v", status, list)
 	}
-	fresh := ss.open(nil)
+	fresh := ss.open(api.SessionCreateRequest{})
 	r := ss.exec(fresh, code("n = 1\nn + 1"))
 	wantCall(t, r, "ok")
 	if r.Result == nil || *r.Result != "2" {
@@ -895,7 +892,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 func runSessionLoss(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(`import subprocess
 p = subprocess.Popen(['sleep', '1000'])
 open('/tmp/kept', 'w').write('tmp')
@@ -927,7 +924,7 @@ print(json.dumps({'fresh': fresh, 'pids': sorted(int(p) for p in os.listdir('/pr
 func runSessionIdle(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(map[string]any{"idle_timeout_s": 1})
+	s := ss.open(api.SessionCreateRequest{IdleTimeoutS: ptr(int64(1))})
 	wantCall(t, ss.exec(s, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	var info api.Session
 	waitFor(t, 15*time.Second, "the reaper to end the session", func() bool {
@@ -952,20 +949,20 @@ func runSessionIdle(t *testing.T, h *hostile) string {
 func runSessionCallFields(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code("k = 'kept'")), "ok")
 	maxTimeout := h.info(t).AdminMaxima.TimeoutMs
 	var named []string
 	for _, c := range []struct {
 		field string
-		body  map[string]any
+		body  api.SessionExecuteRequest
 	}{
-		{"limits.memory_mb", map[string]any{"code": "1", "limits": map[string]any{"memory_mb": 2048}}},
-		{"limits.pids", map[string]any{"code": "1", "limits": map[string]any{"pids": 1024}}},
-		{"limits.file_size_mb", map[string]any{"code": "1", "limits": map[string]any{"file_size_mb": 1024}}},
-		{"env", map[string]any{"code": "1", "env": map[string]string{"A": "b"}}},
-		{"network", map[string]any{"code": "1", "network": "internet"}},
-		{"limits.timeout_ms", map[string]any{"code": "1", "limits": map[string]any{"timeout_ms": maxTimeout + 1}}},
+		{"limits.memory_mb", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{MemoryMB: ptr(int64(2048))}}},
+		{"limits.pids", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{Pids: ptr(int64(1024))}}},
+		{"limits.file_size_mb", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{FileSizeMB: ptr(int64(1024))}}},
+		{"env", api.SessionExecuteRequest{Code: "1", Env: map[string]string{"A": "b"}}},
+		{"network", api.SessionExecuteRequest{Code: "1", Network: "internet"}},
+		{"limits.timeout_ms", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{TimeoutMs: ptr(int64(maxTimeout + 1))}}},
 	} {
 		status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/execute", c.body)
 		e := apiError(t, raw)
@@ -1004,7 +1001,7 @@ func (cg *jailCgroups) thawBehind(id string) error {
 func runSessionThawed(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code("x = 'kept'")), "ok")
 	if frozen, err := h.cg.jailFrozen(s.jail); err != nil || !frozen {
 		t.Fatalf("the session is not frozen after a call (%v)", err)

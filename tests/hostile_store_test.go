@@ -286,7 +286,7 @@ func wantStoreErr(t *testing.T, what string, status int, raw []byte, wantStatus 
 // streamRun runs req streamed in format to its end and returns the
 // stream, checked for its framing (parseStream), and its execute
 // response (done, with the output of the events).
-func (h *hostile) streamRun(t *testing.T, req map[string]any, format string) (*streamed, *api.ExecuteResponse) {
+func (h *hostile) streamRun(t *testing.T, req any, format string) (*streamed, *api.ExecuteResponse) {
 	t.Helper()
 	s, err := streamExec(context.Background(), h.d, "/v1/execute", h.d.withInject(req), format)
 	if s != nil {
@@ -535,7 +535,7 @@ func runStoreGrowing(t *testing.T, h *hostile) string {
 func runStoreGrowingSession(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(strings.Replace(growCode, "time.sleep(0.5)", "time.sleep(0.2)", 1))), "ok")
 	r := ss.exec(s, api.SessionExecuteRequest{Code: "import os, time\ntime.sleep(0.5)\nprint(os.path.getsize('out/grow.bin'))\n", ReturnFiles: []string{"out/grow.bin"}, ReturnFilesAs: api.ReturnStore})
 	wantCall(t, r, "ok")
@@ -633,7 +633,7 @@ const (
 func runStreamForged(t *testing.T, h *hostile) string {
 	code := fmt.Sprintf("import base64, sys\nsys.stdout.buffer.write(base64.b64decode(%q)); sys.stdout.flush()\nsys.stderr.buffer.write(base64.b64decode(%q)); sys.stderr.flush()\nprint('end')\n",
 		base64.StdEncoding.EncodeToString([]byte(forgedOut)), base64.StdEncoding.EncodeToString([]byte(forgedErr)))
-	req := map[string]any{"code": code}
+	req := api.ExecuteRequest{Code: code}
 	plain := h.exec(t, req)
 	wantStatus(t, plain, "ok")
 	if plain.Stdout != forgedOut+"end\n" || plain.Stderr != forgedErr {
@@ -663,11 +663,11 @@ func runStreamForged(t *testing.T, h *hostile) string {
 }
 
 func runStreamInvalidUTF8(t *testing.T, h *hostile) string {
-	req := map[string]any{
+	req := api.ExecuteRequest{
 		// stderr stops at the cap, so that only stdout is truncated,
 		// whenever the kill comes.
-		"code":   "import os\nos.write(2, b'\\xfe' * (1 << 20))\nb = b'\\xff' * 65536\nwhile True:\n    os.write(1, b)\n",
-		"limits": map[string]any{"output_bytes": 1 << 20},
+		Code:   "import os\nos.write(2, b'\\xfe' * (1 << 20))\nb = b'\\xff' * 65536\nwhile True:\n    os.write(1, b)\n",
+		Limits: &api.Limits{OutputBytes: ptr(int64(1 << 20))},
 	}
 	check := func(what string, r *api.ExecuteResponse) {
 		t.Helper()
@@ -859,12 +859,12 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 func runStoreOtherUID(t *testing.T, h *hostile) string {
 	victim := h.rootUpload(t, "victim.txt", []byte("root's secret data"))
 	unknown := "f-" + randHex(16)
-	files := func(id string) []map[string]any { return []map[string]any{{"path": "x.txt", "file_id": id}} }
+	files := func(id string) []api.FileIn { return []api.FileIn{{Path: "x.txt", FileID: id}} }
 	readX := "print(open('x.txt').read())"
 	var obs []string
 	// The message for root's id must be the one for an unknown id.
 	for _, id := range []string{victim.FileID, unknown} {
-		body, _ := json.Marshal(map[string]any{"code": readX, "files": files(id)})
+		body, _ := json.Marshal(api.ExecuteRequest{Code: readX, Files: files(id)})
 		status, _, raw := curlAs(t, h.d.Socket, "POST", "/v1/execute", string(body))
 		o := wantStoreErr(t, "execute with "+id, status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+id)
 		if id == victim.FileID {
@@ -873,19 +873,19 @@ func runStoreOtherUID(t *testing.T, h *hostile) string {
 	}
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	if s, status, raw := ss.openNobody(map[string]any{"files": files(victim.FileID)}); s != nil {
+	if s, status, raw := ss.openNobody(api.SessionCreateRequest{Files: files(victim.FileID)}); s != nil {
 		t.Errorf("uid 65534 created a session with root's file")
 	} else {
 		obs = append(obs, "session creation: "+wantStoreErr(t, "session creation", status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+victim.FileID))
 	}
-	s, status, raw := ss.openNobody(nil)
+	s, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if s == nil {
 		t.Fatalf("create a session as uid 65534: HTTP %d: %s", status, raw)
 	}
-	status, raw = ss.request(true, "POST", "/v1/sessions/"+s.id+"/execute", map[string]any{"code": readX, "files": files(victim.FileID)})
+	status, raw = ss.request(true, "POST", "/v1/sessions/"+s.id+"/execute", api.SessionExecuteRequest{Code: readX, Files: files(victim.FileID)})
 	obs = append(obs, "session call: "+wantStoreErr(t, "session call", status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+victim.FileID))
 	ss.del(s)
-	r := h.exec(t, map[string]any{"code": readX, "files": files(victim.FileID)})
+	r := h.exec(t, api.ExecuteRequest{Code: readX, Files: files(victim.FileID)})
 	if wantStatus(t, r, "ok"); r.Stdout != "root's secret data\n" {
 		t.Errorf("root's run read %q", r.Stdout)
 	}

@@ -54,10 +54,7 @@ func (d *daemon) images(t *testing.T) map[string]api.ImageInfo {
 // the error body.
 func execImage(t *testing.T, d *daemon, image, code string) (*api.ExecuteResponse, int, api.ErrorBody) {
 	t.Helper()
-	body := map[string]any{"code": code}
-	if image != "" {
-		body["image"] = image
-	}
+	body := api.ExecuteRequest{Code: code, Image: image}
 	var raw json.RawMessage
 	status, _ := d.call(t, "POST", "/v1/execute", body, &raw)
 	if status != 200 {
@@ -132,23 +129,23 @@ print(sys.version_info[:2] >= (3, 9), [m for m in ('numpy', 'torch') if importli
 		t.Errorf("an unknown image: HTTP %d %+v", status, e)
 	}
 	var le api.ErrorBody
-	if status, _ := d.call(t, "POST", "/v1/lint", map[string]any{"code": "import os\n", "image": "python-minimal"}, &le); status != 400 || le.Error.Field != "image" || !strings.Contains(le.Error.Message, "no ruff") {
+	if status, _ := d.call(t, "POST", "/v1/lint", api.LintRequest{Code: "import os\n", Image: "python-minimal"}, &le); status != 400 || le.Error.Field != "image" || !strings.Contains(le.Error.Message, "no ruff") {
 		t.Errorf("lint in python-minimal: HTTP %d %+v", status, le)
 	}
 	var lint api.LintResponse
-	if status, _ := d.call(t, "POST", "/v1/lint", map[string]any{"code": "import os\n", "image": "python-ml"}, &lint); status != 200 || len(lint.Diagnostics) != 1 || lint.Diagnostics[0].Code != "F401" {
+	if status, _ := d.call(t, "POST", "/v1/lint", api.LintRequest{Code: "import os\n", Image: "python-ml"}, &lint); status != 200 || len(lint.Diagnostics) != 1 || lint.Diagnostics[0].Code != "F401" {
 		t.Errorf("lint in python-ml: HTTP %d %+v", status, lint)
 	}
 
 	// A session keeps its image across calls.
 	var s api.Session
-	if status, _ := d.call(t, "POST", "/v1/sessions", map[string]any{"image": "python-minimal"}, &s); status != 201 || s.Image != "python-minimal" {
+	if status, _ := d.call(t, "POST", "/v1/sessions", api.SessionCreateRequest{Image: "python-minimal"}, &s); status != 201 || s.Image != "python-minimal" {
 		t.Fatalf("session in python-minimal: HTTP %d %+v", status, s)
 	}
 	defer d.call(t, "DELETE", "/v1/sessions/"+s.SessionID, nil, nil)
 	for i, code := range []string{"import importlib.util; x = importlib.util.find_spec('numpy') is None", "print(x)"} {
 		var sr api.SessionExecuteResponse
-		if status, _ := d.call(t, "POST", "/v1/sessions/"+s.SessionID+"/execute", map[string]any{"code": code}, &sr); status != 200 || sr.Status != "ok" || sr.Image != "python-minimal" || (i == 1 && sr.Stdout != "True\n") {
+		if status, _ := d.call(t, "POST", "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{Code: code}, &sr); status != 200 || sr.Status != "ok" || sr.Image != "python-minimal" || (i == 1 && sr.Stdout != "True\n") {
 			t.Errorf("session call %d: HTTP %d %+v", i, status, sr)
 		}
 	}
@@ -246,14 +243,14 @@ func TestImagesReload(t *testing.T) {
 	}
 	session := func(image string) string {
 		var s api.Session
-		if status, _ := d.call(t, "POST", "/v1/sessions", map[string]any{"image": image}, &s); status != 201 || s.Image != image {
+		if status, _ := d.call(t, "POST", "/v1/sessions", api.SessionCreateRequest{Image: image}, &s); status != 201 || s.Image != image {
 			t.Fatalf("session in %s: HTTP %d %+v", image, status, s)
 		}
 		return s.SessionID
 	}
 	call := func(id, code string) string {
 		var r api.SessionExecuteResponse
-		if status, _ := d.call(t, "POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": code}, &r); status != 200 || r.Status != "ok" {
+		if status, _ := d.call(t, "POST", "/v1/sessions/"+id+"/execute", api.SessionExecuteRequest{Code: code}, &r); status != 200 || r.Status != "ok" {
 			t.Errorf("session call: HTTP %d %+v", status, r)
 		}
 		return r.Stdout

@@ -136,9 +136,9 @@ func activated(t testing.TB, socket string) *daemon {
 	return startDaemon(t, daemontest.Options{Wrap: []string{"systemd-socket-activate", "-l", socket}, Socket: socket, Ready: daemontest.SocketExists})
 }
 
-// withInject adds the daemon's injected fields to an execute request (a
-// map, or an api.ExecuteRequest: then only "network" is injected) where
-// the request does not set them; other bodies are sent as they are.
+// withInject adds the daemon's injected fields to a request (a map; an
+// api.ExecuteRequest or api.SessionCreateRequest gets only "network")
+// where the request does not set them; other bodies are sent as they are.
 func (d *daemon) withInject(body any) any {
 	if d.inject == nil {
 		return body
@@ -157,6 +157,11 @@ func (d *daemon) withInject(body any) any {
 	case *api.ExecuteRequest:
 		c := *b
 		return d.withInject(c)
+	case api.SessionCreateRequest:
+		if b.Network == "" {
+			b.Network = network
+		}
+		return b
 	}
 	return body
 }

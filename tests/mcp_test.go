@@ -93,8 +93,10 @@ func resolveSchema(t *testing.T, what string, schema any) *jsonschema.Resolved {
 	return r
 }
 
-// call calls a tool. A tool error is a result with IsError, never a
-// protocol error; a result with structured content must match the tool's
+// call calls a tool. Its arguments stay maps, as an MCP client sends them:
+// they are checked against the tool's input schema, not internal/api's
+// types, and some cases send what that schema refuses. A tool error is a
+// result with IsError, never a protocol error; a result with structured content must match the tool's
 // output schema. out, if non-nil, receives the structured content.
 func (m *mcpClient) call(ctx context.Context, name string, args any, out any) *sdk.CallToolResult {
 	m.t.Helper()

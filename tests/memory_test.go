@@ -79,9 +79,10 @@ func TestDaemonMemoryBounded(t *testing.T) {
 	codes := make([]int, runs)
 	for i := range runs {
 		wg.Go(func() {
-			codes[i], _ = d.call(t, http.MethodPost, "/v1/execute", map[string]any{
-				"code": fillCode, "return_files": []string{"out*.bin", "sums.txt"},
-				"limits": map[string]any{"output_bytes": fillOutput, "memory_mb": 2048, "timeout_ms": 120000},
+			codes[i], _ = d.call(t, http.MethodPost, "/v1/execute", api.ExecuteRequest{
+				Code:        fillCode,
+				ReturnFiles: []string{"out*.bin", "sums.txt"},
+				Limits:      &api.Limits{OutputBytes: ptr(int64(fillOutput)), MemoryMB: ptr(int64(2048)), TimeoutMs: ptr(int64(120000))},
 			}, &resps[i])
 		})
 	}

@@ -43,12 +43,10 @@ func startNetDaemon(t *testing.T, table, prefix string) *daemon {
 }
 
 // execNet runs code with the given network fields and returns the answer.
-func execNet(t *testing.T, d *daemon, code string, fields map[string]any) *api.ExecuteResponse {
+func execNet(t *testing.T, d *daemon, code string, fields api.ExecuteRequest) *api.ExecuteResponse {
 	t.Helper()
-	req := map[string]any{"code": code, "limits": map[string]any{"timeout_ms": 20000}}
-	for k, v := range fields {
-		req[k] = v
-	}
+	req := fields
+	req.Code, req.Limits = code, &api.Limits{TimeoutMs: ptr(int64(20000))}
 	var raw json.RawMessage
 	status, _ := d.call(t, "POST", "/v1/execute", req, &raw)
 	if status != http.StatusOK {
@@ -165,7 +163,7 @@ func TestNetworkEgress(t *testing.T) {
 		}
 		checkNoNetLeaks(t, table, prefix)
 	}()
-	internet := map[string]any{"network": "internet"}
+	internet := api.ExecuteRequest{Network: "internet"}
 
 	t.Run("info", func(t *testing.T) {
 		var info api.Info
@@ -218,7 +216,7 @@ except OSError as e: print('v6', type(e).__name__)`, internet)
 t = time.monotonic()
 try: requests.get('http://198.51.100.10/', timeout=5); print('reached')
 except requests.ConnectionError as e: print('ConnectionError')
-print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, nil)
+print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, api.ExecuteRequest{})
 		if r.Stdout != "ConnectionError\nGAIERROR ENETUNREACH True\n" {
 			t.Errorf("stdout %q, want a fast ConnectionError, no name resolution and ENETUNREACH", r.Stdout)
 		}
@@ -232,7 +230,7 @@ print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, n
 		r := execNet(t, d, probeCode+`import requests
 print(requests.get('http://api.test/ok', timeout=5).text)
 print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), probe('api.test', 81))`,
-			map[string]any{"network": "internet", "allow_hosts": []string{"api.test:80"}})
+			api.ExecuteRequest{Network: "internet", AllowHosts: []string{"api.test:80"}})
 		if r.Stdout != "upstream api.test /ok\nGAIERROR GAIERROR EHOSTUNREACH EHOSTUNREACH\n" {
 			t.Errorf("stdout %q, want api.test:80 only: other names unresolved, other addresses and ports refused", r.Stdout)
 		}
@@ -242,7 +240,7 @@ print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), prob
 			}
 		}
 		r = execNet(t, d, probeCode+`print(probe('www.other.test'), probe('other.test'), probe('198.51.100.11'), probe('198.51.100.10'))`,
-			map[string]any{"network": "internet", "allow_hosts": []string{"*.other.test", "198.51.100.10/32"}})
+			api.ExecuteRequest{Network: "internet", AllowHosts: []string{"*.other.test", "198.51.100.10/32"}})
 		if r.Stdout != "CONNECTED GAIERROR CONNECTED CONNECTED\n" {
 			t.Errorf("stdout %q, want the wildcard's subdomain (and its address) and the prefix", r.Stdout)
 		}
@@ -406,20 +404,18 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 
 	t.Run("refusals", func(t *testing.T) {
 		for _, c := range []struct {
-			body   map[string]any
+			body   api.ExecuteRequest
 			status int
 			has    string
 		}{
-			{map[string]any{"network": "wifi"}, 400, `network: must be "none" or "internet"`},
-			{map[string]any{"allow_hosts": []string{"api.test"}}, 400, `allow_hosts needs "network": "internet"`},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"2001:db8::1"}}, 400, "IPv6"},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"exa mple"}}, 400, "allow_hosts"},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"10.0.0.0/33"}}, 400, "allow_hosts"},
+			{api.ExecuteRequest{Network: "wifi"}, 400, `network: must be "none" or "internet"`},
+			{api.ExecuteRequest{AllowHosts: []string{"api.test"}}, 400, `allow_hosts needs "network": "internet"`},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"2001:db8::1"}}, 400, "IPv6"},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"exa mple"}}, 400, "allow_hosts"},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"10.0.0.0/33"}}, 400, "allow_hosts"},
 		} {
-			body := map[string]any{"code": "print(1)"}
-			for k, v := range c.body {
-				body[k] = v
-			}
+			body := c.body
+			body.Code = "print(1)"
 			var e api.ErrorBody
 			if st, _ := d.call(t, "POST", "/v1/execute", body, &e); st != c.status || !strings.Contains(e.Error.Message, c.has) {
 				t.Errorf("%v: HTTP %d %q, want %d mentioning %q", c.body, st, e.Error.Message, c.status, c.has)
@@ -456,7 +452,7 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body := map[string]any{"code": "import time; time.sleep(30)", "network": "internet", "limits": map[string]any{"timeout_ms": 40000}}
+		body := api.ExecuteRequest{Code: "import time; time.sleep(30)", Network: "internet", Limits: &api.Limits{TimeoutMs: ptr(int64(40000))}}
 		req, _ := json.Marshal(body)
 		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(string(req)))
 		if err == nil {
@@ -486,7 +482,7 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 	if why := netLeaks(table, prefix); why != "" {
 		t.Errorf("after restart: %s", why)
 	}
-	r := execNet(t, d, `import requests; print(requests.get('http://api.test/', timeout=5).status_code)`, map[string]any{"network": "internet"})
+	r := execNet(t, d, `import requests; print(requests.get('http://api.test/', timeout=5).status_code)`, api.ExecuteRequest{Network: "internet"})
 	if r.Stdout != "200\n" {
 		t.Errorf("after restart: %q", r.Stdout)
 	}
