@@ -651,6 +651,36 @@ func runDisconnect(t *testing.T, h *hostile) string {
 	return "the run's processes are gone within 2.5 s of the disconnect"
 }
 
+// sweepLeft names something a restarted daemon's sweep has not removed
+// yet: a live cgroup of one of cgIDs, a run or state directory or a mount
+// of one of dirIDs, or a jail process outside the live jails' cgroups;
+// "" when nothing is left.
+func (h *hostile) sweepLeft(d *daemon, cg *jailCgroups, cgIDs, dirIDs []string) string {
+	why := ""
+	live := cg.live()
+	for _, id := range cgIDs {
+		if live[id] {
+			why = "cgroup " + id
+		}
+	}
+	for _, id := range dirIDs {
+		for _, sub := range []string{"runs", "state"} {
+			if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
+				why = sub + "/" + id
+			}
+		}
+		for _, m := range mountinfo() {
+			if strings.Contains(m.point, id) {
+				why = "mount " + m.point
+			}
+		}
+	}
+	if bad := h.jailProcsOutside(); len(bad) > 0 {
+		why = strings.Join(bad, "; ")
+	}
+	return why
+}
+
 func runCrashRestart(t *testing.T, h *hostile) string {
 	d := startDaemon(t, daemontest.Options{})
 	stopped := false
@@ -692,28 +722,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	}
 	var why string
 	waitFor(t, 60*time.Second, "the sweep", func() bool {
-		why = ""
-		live := cg.live()
-		for id := range old {
-			if live[id] {
-				why = "cgroup " + id
-			}
-		}
-		for _, id := range oldDirs {
-			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
-					why = sub + "/" + id
-				}
-			}
-			for _, m := range mountinfo() {
-				if strings.Contains(m.point, id) {
-					why = "mount " + m.point
-				}
-			}
-		}
-		if bad := h.jailProcsOutside(); len(bad) > 0 {
-			why = strings.Join(bad, "; ")
-		}
+		why = h.sweepLeft(d, cg, sortedKeys(old), oldDirs)
 		return why == ""
 	})
 	var r api.ExecuteResponse

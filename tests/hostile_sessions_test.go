@@ -827,26 +827,8 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	}
 	var why string
 	waitFor(t, 60*time.Second, "the sweep", func() bool {
-		why = ""
-		live := cg.live()
-		for _, id := range []string{idle.jail, busy.jail} {
-			if live[id] {
-				why = "cgroup " + id
-			}
-			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
-					why = sub + "/" + id
-				}
-			}
-			for _, m := range mountinfo() {
-				if strings.Contains(m.point, id) {
-					why = "mount " + m.point
-				}
-			}
-		}
-		if bad := h.jailProcsOutside(); len(bad) > 0 {
-			why = strings.Join(bad, "; ")
-		}
+		jails := []string{idle.jail, busy.jail}
+		why = h.sweepLeft(d, cg, jails, jails)
 		return why == ""
 	})
 	for _, s := range ss.all {

@@ -757,33 +757,7 @@ func runStreamDisconnect(t *testing.T, h *hostile) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &eventReader{br: bufio.NewReader(resp.Body)}
-	var start api.EventStartData
-	for {
-		ev, err := r.next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Event == api.EventStart {
-			_ = json.Unmarshal(ev.Data, &start)
-			h.noteRun(start.RunID)
-		}
-		if ev.Event == api.EventStdout {
-			break
-		}
-	}
-	pids := h.cg.jailProcs(start.RunID)
-	if len(pids) == 0 {
-		t.Fatalf("run %s has no processes while it prints", start.RunID)
-	}
-	cancel()
-	resp.Body.Close()
-	gone := time.Now()
-	waitFor(t, 20*time.Second, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
-	if took := time.Since(gone); took > 5*time.Second {
-		t.Errorf("the run died %v after the disconnect", took)
-	}
-	waitFor(t, 20*time.Second, "the run's jail to be torn down", func() bool { return !h.cg.live()[start.RunID] })
+	dropAfterOutput(t, resp, cancel, h.cg, h.noteRun, disconnectBounds{wait: 20 * time.Second, die: 5 * time.Second, down: 20 * time.Second})
 	return "the run's processes died after the disconnect (timeout 60 s) and its jail was torn down"
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	jaillib "github.com/jaild/jaild/internal/jail"
 )
 
@@ -160,28 +161,9 @@ func mountinfo() []mountEntry {
 		if len(a) < 5 || len(b) < 3 {
 			continue
 		}
-		out = append(out, mountEntry{point: unescapeMount(a[4]), fstype: b[0], source: b[1], superOpts: b[2]})
+		out = append(out, mountEntry{point: daemontest.UnescapeMount(a[4]), fstype: b[0], source: b[1], superOpts: b[2]})
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // live returns the ids of the daemon's jails that exist now (in any

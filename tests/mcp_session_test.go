@@ -46,15 +46,22 @@ type sessionRunOutput struct {
 // startMCPStdio starts `jailctl mcp` on d's socket and connects to it.
 func startMCPStdio(ctx context.Context, t *testing.T, d *daemon) (*mcpClient, *exec.Cmd) {
 	t.Helper()
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), d.Socket, "jailctl mcp")
+	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}), cmd
+}
+
+// mcpCommand is `bin --socket socket mcp`, its stderr logged under name
+// if the test fails.
+func mcpCommand(t *testing.T, bin, socket, name string) *exec.Cmd {
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp")
+	cmd := exec.Command(bin, "--socket", socket, "mcp")
 	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
+			t.Logf("%s stderr:\n%s", name, stderr.String())
 		}
 	})
-	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}), cmd
+	return cmd
 }
 
 func (m *mcpClient) openSession(ctx context.Context, args map[string]any) sessionOutput {

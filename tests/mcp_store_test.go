@@ -15,7 +15,6 @@ import (
 	"errors"
 	"mime"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -139,7 +138,7 @@ func (c *mstRecordingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 // mstConnect connects a client with opts over transport and lists the
-// tools (connectMCP's checks of them are TestMCPStdio's).
+// tools (connectMCP checks them too).
 func mstConnect(ctx context.Context, t *testing.T, transport sdk.Transport, opts *sdk.ClientOptions) *mcpClient {
 	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "jaild-tests", Version: "1"}, opts)
@@ -278,14 +277,7 @@ func TestMCPStoreProgress(t *testing.T) {
 
 	var notes mstProgress
 	wire := &mstWire{}
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
-		}
-	})
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), d.Socket, "jailctl mcp")
 	m := mstConnect(ctx, t, &mstRecording{&sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}, wire},
 		&sdk.ClientOptions{ProgressNotificationHandler: notes.handle})
 
@@ -427,17 +419,10 @@ func mstNobodyMCP(ctx context.Context, t *testing.T, d *daemon) *mcpClient {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--socket", d.Socket, "mcp")
+	cmd := mcpCommand(t, bin, d.Socket, "jailctl mcp (uid 65534)")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp (uid 65534) stderr:\n%s", stderr.String())
-		}
-	})
 	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace})
 }
 

@@ -36,23 +36,12 @@ type mcpClient struct {
 // are valid JSON Schemas.
 func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcpClient {
 	t.Helper()
-	c := sdk.NewClient(&sdk.Implementation{Name: "jaild-tests", Version: "1"}, nil)
-	session, err := c.Connect(ctx, transport, nil)
-	if err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
-	t.Cleanup(func() { session.Close() })
-	init := session.InitializeResult()
+	m := mstConnect(ctx, t, transport, nil)
+	init := m.session.InitializeResult()
 	if init.ServerInfo == nil || init.ServerInfo.Name != "jaild" || init.Capabilities == nil || init.Capabilities.Tools == nil {
 		t.Fatalf("initialize: server %+v, capabilities %+v: want jaild with tools", init.ServerInfo, init.Capabilities)
 	}
-	list, err := session.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatalf("tools/list: %v", err)
-	}
-	m := &mcpClient{t: t, session: session, tools: map[string]*sdk.Tool{}}
-	for _, tool := range list.Tools {
-		m.tools[tool.Name] = tool
+	for _, tool := range m.tools {
 		in := resolveSchema(t, tool.Name+" input", tool.InputSchema)
 		required := map[string][]string{"run_python": {"code"}, "lint_python": {"code"}, "format_python": {"code"}, "close_session": {"session_id"}}[tool.Name]
 		if in.Schema().Type != "object" || !slices.Equal(in.Schema().Required, required) {
@@ -158,14 +147,7 @@ type runOutput struct {
 func TestMCPStdio(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", shared.Socket, "mcp")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
-		}
-	})
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), shared.Socket, "jailctl mcp")
 	m := connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace})
 
 	t.Run("description", func(t *testing.T) {

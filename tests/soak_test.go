@@ -289,6 +289,22 @@ var soakSessionCalls = []soakCall{
 	{body: api.ExecuteRequest{Code: "n += 1 if p.poll() is None else 100\nn"}, status: "ok", result: "3"},
 }
 
+// soakDo sends a request (with Content-Type ctype, if set) and reads
+// the answer.
+func soakDo(client *http.Client, method, path, ctype string, body io.Reader) (int, []byte, error) {
+	req, _ := http.NewRequest(method, "http://jaild"+path, body)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
+}
+
 // life opens a session, runs soakSessionCalls in it and deletes it; the
 // session is deleted whatever happened.
 func (ss *soakSessions) life(client *http.Client) (retErr error) {
@@ -296,22 +312,11 @@ func (ss *soakSessions) life(client *http.Client) (retErr error) {
 	defer func() { <-ss.slots }()
 	ss.lives.Add(1)
 	do := func(method, path string, body any) (int, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = strings.NewReader(string(b))
+		if body == nil {
+			return soakDo(client, method, path, "", nil)
 		}
-		req, _ := http.NewRequest(method, "http://jaild"+path, rd)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, raw, err
+		b, _ := json.Marshal(body)
+		return soakDo(client, method, path, "application/json", strings.NewReader(string(b)))
 	}
 	status, raw, err := do("POST", "/v1/sessions", api.SessionCreateRequest{})
 	if err != nil {
@@ -409,38 +414,25 @@ func soakStream(client *http.Client) error {
 // soakStore uploads a file, runs code on it that returns its output to
 // the store, reads that back and deletes both.
 func soakStore(client *http.Client) error {
-	do := func(method, path, ctype string, body io.Reader) (int, []byte, error) {
-		req, _ := http.NewRequest(method, "http://jaild"+path, body)
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, raw, err
-	}
 	data := strings.Repeat("soak store\n", 6000)
-	status, raw, err := do("POST", "/v1/files?name=in.txt", "", strings.NewReader(data))
+	status, raw, err := soakDo(client, "POST", "/v1/files?name=in.txt", "", strings.NewReader(data))
 	var in api.StoredFile
 	if err != nil || status != http.StatusCreated || strictJSON(raw, &in) != nil {
 		return fmt.Errorf("upload: HTTP %d %.300s (%v)", status, raw, err)
 	}
-	defer do("DELETE", "/v1/files/"+in.FileID, "", nil) //nolint:errcheck // best effort; a leak shows in the check below
+	defer soakDo(client, "DELETE", "/v1/files/"+in.FileID, "", nil) //nolint:errcheck // best effort; a leak shows in the check below
 	b, _ := json.Marshal(api.ExecuteRequest{Code: "open('out.txt', 'w').write(open('in.txt').read().upper())", Files: []api.FileIn{{Path: "in.txt", FileID: in.FileID}}, ReturnFiles: []string{"out.txt"}, ReturnFilesAs: "store"})
-	status, raw, err = do("POST", "/v1/execute", "application/json", strings.NewReader(string(b)))
+	status, raw, err = soakDo(client, "POST", "/v1/execute", "application/json", strings.NewReader(string(b)))
 	var r api.ExecuteResponse
 	if err != nil || status != http.StatusOK || strictJSON(raw, &r) != nil || r.Status != "ok" || len(r.Files) != 1 || r.Files[0].FileID == "" {
 		return fmt.Errorf("execute: HTTP %d %.300s (%v)", status, raw, err)
 	}
 	out := r.Files[0].FileID
-	status, raw, err = do("GET", "/v1/files/"+out, "", nil)
+	status, raw, err = soakDo(client, "GET", "/v1/files/"+out, "", nil)
 	if err != nil || status != http.StatusOK || string(raw) != strings.ToUpper(data) {
 		return fmt.Errorf("get the output: HTTP %d, %d bytes (%v)", status, len(raw), err)
 	}
-	if status, raw, err = do("DELETE", "/v1/files/"+out, "", nil); err != nil || status != http.StatusOK {
+	if status, raw, err = soakDo(client, "DELETE", "/v1/files/"+out, "", nil); err != nil || status != http.StatusOK {
 		return fmt.Errorf("delete the output: HTTP %d %.300s (%v)", status, raw, err)
 	}
 	return nil

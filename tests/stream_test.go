@@ -319,6 +319,48 @@ func streamExec(ctx context.Context, d *daemon, path string, body any, format st
 	return parseStream(evs)
 }
 
+// disconnectBounds bound dropAfterOutput's waits: for the run's
+// processes to die (wait), how soon after the disconnect they must have
+// died (die), and for its jail to be torn down (down).
+type disconnectBounds struct{ wait, die, down time.Duration }
+
+// dropAfterOutput reads a streamed run's events up to its first output
+// (onStart, if set, gets the run's id as soon as it is known), checks that
+// the run has processes in cg, drops the connection (cancel) and checks
+// that the processes die and the jail is torn down within b.
+func dropAfterOutput(t *testing.T, resp *http.Response, cancel context.CancelFunc, cg *jailCgroups, onStart func(runID string), b disconnectBounds) {
+	t.Helper()
+	r := &eventReader{br: bufio.NewReader(resp.Body)}
+	var start api.EventStartData
+	for {
+		ev, err := r.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event == api.EventStart {
+			_ = json.Unmarshal(ev.Data, &start)
+			if onStart != nil {
+				onStart(start.RunID)
+			}
+		}
+		if ev.Event == api.EventStdout {
+			break
+		}
+	}
+	pids := cg.jailProcs(start.RunID)
+	if len(pids) == 0 {
+		t.Fatalf("run %s has no processes in its cgroup while it prints", start.RunID)
+	}
+	cancel()
+	resp.Body.Close()
+	gone := time.Now()
+	waitFor(t, b.wait, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
+	if took := time.Since(gone); took > b.die {
+		t.Errorf("the run died %v after the disconnect, want within %v", took, b.die)
+	}
+	waitFor(t, b.down, "the run's jail to be torn down", func() bool { return !cg.live()[start.RunID] })
+}
+
 // plainExec runs an execute request without streaming. Unlike
 // daemon.call it reports errors instead of failing the test, so that it
 // can run in a goroutine.
@@ -616,32 +658,7 @@ func TestStream(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				r := &eventReader{br: bufio.NewReader(resp.Body)}
-				var start api.EventStartData
-				for {
-					ev, err := r.next()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ev.Event == api.EventStart {
-						_ = json.Unmarshal(ev.Data, &start)
-					}
-					if ev.Event == api.EventStdout {
-						break
-					}
-				}
-				pids := cg.jailProcs(start.RunID)
-				if len(pids) == 0 {
-					t.Fatalf("run %s has no processes in its cgroup while it prints", start.RunID)
-				}
-				cancel()
-				resp.Body.Close()
-				gone := time.Now()
-				waitFor(t, 5*time.Second, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
-				if took := time.Since(gone); took > 1500*time.Millisecond {
-					t.Errorf("run died %v after the disconnect, want about a second", took)
-				}
-				waitFor(t, 15*time.Second, "the run's jail to be torn down", func() bool { return !cg.live()[start.RunID] })
+				dropAfterOutput(t, resp, cancel, cg, nil, disconnectBounds{wait: 5 * time.Second, die: 1500 * time.Millisecond, down: 15 * time.Second})
 			})
 		}
 	})

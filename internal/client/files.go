@@ -91,20 +91,12 @@ func (c *Client) FileMeta(ctx context.Context, id string) (*api.StoredFile, erro
 	if err != nil {
 		return nil, err
 	}
-	var f api.StoredFile
-	if err := c.call(ctx, http.MethodGet, path+"/meta", nil, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return callAs[api.StoredFile](ctx, c, http.MethodGet, path+"/meta", nil)
 }
 
 // ListFiles lists the caller's stored files (an admin's: everyone's).
 func (c *Client) ListFiles(ctx context.Context) (*api.FileList, error) {
-	var l api.FileList
-	if err := c.call(ctx, http.MethodGet, "/v1/files", nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return callAs[api.FileList](ctx, c, http.MethodGet, "/v1/files", nil)
 }
 
 // DeleteFile removes the stored file id (DELETE /v1/files/{id}) and
@@ -114,11 +106,7 @@ func (c *Client) DeleteFile(ctx context.Context, id string) (*api.StoredFile, er
 	if err != nil {
 		return nil, err
 	}
-	var f api.StoredFile
-	if err := c.call(ctx, http.MethodDelete, path, nil, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return callAs[api.StoredFile](ctx, c, http.MethodDelete, path, nil)
 }
 
 // filePath is the path of a stored file. An ID that would not stay one
