@@ -140,18 +140,7 @@ func sessionWith(t *testing.T, f daemon, opts *sdk.ClientOptions) (*Server, *sdk
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ct := sdk.NewInMemoryTransports()
-	ss, err := s.mcp.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return s, cs
+	return s, connectWith(t, s, opts)
 }
 
 func resultText(res *sdk.CallToolResult) string {
@@ -750,6 +739,12 @@ func openSession(t *testing.T, cs *sdk.ClientSession) string {
 // connect is one more client connection to s.
 func connect(t *testing.T, s *Server) *sdk.ClientSession {
 	t.Helper()
+	return connectWith(t, s, nil)
+}
+
+// connectWith connects an in-memory client of options opts to s.
+func connectWith(t *testing.T, s *Server, opts *sdk.ClientOptions) *sdk.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := sdk.NewInMemoryTransports()
 	ss, err := s.mcp.Connect(ctx, st, nil)
@@ -757,7 +752,7 @@ func connect(t *testing.T, s *Server) *sdk.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
