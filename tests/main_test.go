@@ -68,12 +68,13 @@ func setup(m *testing.M) int {
 // daemon is a jaild process on a temporary socket.
 type daemon struct {
 	*daemontest.Daemon
-	// inject adds its fields to every execute request sent by call with a
-	// map body (the hostile suite with egress: "network": "internet").
+	// inject adds its fields to every execute request sent by call (the
+	// hostile suite with egress: "network": "internet"); see withInject.
 	inject map[string]any
 }
 
-// baseConfig is the test daemons' configuration; extra is appended.
+// baseConfig is the test daemons' configuration, after a test's own
+// top-level keys.
 const baseConfig = `
 socket_group = ""
 host_id_base = 1300000000
@@ -91,10 +92,11 @@ daily_quota = 3
 
 // testOptions completes o for a test daemon: this tree's jaild, the test
 // image and profile, and the test configuration with o.Config's top-level
-// keys before its sections. Nor may daemons running at once flip the
-// host's favordynmods under each other (each clears what it set when it
-// stops); internal/jail's tests and the VM suite cover it. The daemon's
-// file store lives in its directory, never in /var/lib/jaild.
+// keys before its sections (daemontest gives each daemon its own cgroup
+// name, and its file store in its directory, never /var/lib/jaild).
+// Daemons running at once must not flip the host's favordynmods under
+// each other (each clears what it set when it stops): internal/jail's
+// tests and the VM suite cover it.
 func testOptions(o daemontest.Options) daemontest.Options {
 	o.Binary, o.Image, o.Profile, o.Conns = filepath.Join(binDir, "jaild"), imageDir, profile, 64
 	o.Config = "cgroup_favordynmods = false\n" + o.Config + baseConfig
