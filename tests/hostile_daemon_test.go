@@ -348,16 +348,28 @@ func daemonCases() []hcase {
 	return cases
 }
 
-// runGlobBomb runs against a daemon of its own: if matching backtracks
-// without bound, that daemon is pinned, so it is killed and swept after.
-func runGlobBomb(t *testing.T, h *hostile) string {
-	d := startDaemon(t, daemontest.Options{})
+// caseDaemon starts a daemon of a case's own, whose jails the leak checks
+// take for the case's while it runs (h.extraParents); end, which the case
+// defers, forgets them and stops the daemon if the case has not.
+func (h *hostile) caseDaemon(t *testing.T) (d *daemon, cg *jailCgroups, end func()) {
+	t.Helper()
+	d = startDaemon(t, daemontest.Options{})
 	cg, err := cgroupsOf(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
+	return d, cg, func() {
+		h.extraParents = nil
+		_ = d.Stop() // a no-op after the case's own Stop, whose error it checked
+	}
+}
+
+// runGlobBomb runs against a daemon of its own: if matching backtracks
+// without bound, that daemon is pinned, so it is killed and swept after.
+func runGlobBomb(t *testing.T, h *hostile) string {
+	d, _, end := h.caseDaemon(t)
+	defer end()
 	pattern := strings.Repeat("**/", 31) + "nomatch"
 	body, _ := json.Marshal(api.ExecuteRequest{Code: "import os\nos.makedirs('a/' * 12)\nopen('a/' * 12 + 'f', 'w').close()", ReturnFiles: []string{pattern}})
 	client := burstClient(d)
@@ -682,19 +694,8 @@ func (h *hostile) sweepLeft(d *daemon, cg *jailCgroups, cgIDs, dirIDs []string) 
 }
 
 func runCrashRestart(t *testing.T, h *hostile) string {
-	d := startDaemon(t, daemontest.Options{})
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.Stop()
-		}
-	}()
-	cg, err := cgroupsOf(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
+	d, cg, end := h.caseDaemon(t)
+	defer end()
 	runs := filepath.Join(d.Dir, "run", "runs")
 	for i := range 3 {
 		go func() {
@@ -729,7 +730,6 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	if status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r); status != 200 || r.Stdout != "1\n" {
 		t.Errorf("after restart: HTTP %d %+v", status, r)
 	}
-	stopped = true
 	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}

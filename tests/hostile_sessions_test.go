@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
-	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // nobodyUID is the unprivileged caller of the cases (curlAs).
@@ -788,19 +787,8 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 }
 
 func runSessionCrashRestart(t *testing.T, h *hostile) string {
-	d := startDaemon(t, daemontest.Options{})
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.Stop()
-		}
-	}()
-	cg, err := cgroupsOf(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
+	d, cg, end := h.caseDaemon(t)
+	defer end()
 	ss := &sessionSet{h: h, d: d, t: t}
 	idle, busy := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(idle, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
@@ -859,7 +847,6 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	}
 	ss.del(fresh)
 	waitFor(t, 30*time.Second, "the new session's jail to go", func() bool { return !cg.live()[fresh.jail] })
-	stopped = true
 	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}

@@ -25,7 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -777,22 +776,8 @@ func TestStreamSlowReader(t *testing.T) {
 	}
 	pid := d.Cmd.Process.Pid
 	base := vmRSS(pid)
-	var peak atomic.Int64
 	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if n := vmRSS(pid); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	peak, sampled := sampleRSS(pid, stop)
 	resp, err := postStream(context.Background(), d, "/v1/execute", api.ExecuteRequest{
 		Code:   fmt.Sprintf("import sys\nline = 'y' * 1023 + '\\n'\nfor _ in range(%d):\n    sys.stdout.write(line)", lines),
 		Limits: &api.Limits{OutputBytes: ptr(int64(outputCap))},

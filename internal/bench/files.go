@@ -122,15 +122,9 @@ func returnRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 	}
 	row.InlineCodecMs = median(codec)
 
-	var id string
-	drop := func() {
-		if id != "" {
-			d.deleteFile(id)
-			id = ""
-		}
-	}
+	st := &stored{d: d}
 	grow := d.watchRSS()
-	row.Store, err = measureAfter(n, func() { drop(); ready() }, func() error {
+	row.Store, err = measureAfter(n, func() { st.drop(); ready() }, func() error {
 		res, err := d.execute(api.ExecuteRequest{Code: code, Limits: fileLimits, ReturnFiles: []string{"out.bin"}, ReturnFilesAs: "store"})
 		if err != nil {
 			return err
@@ -138,11 +132,11 @@ func returnRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 		if len(res.Files) != 1 || res.Files[0].FileID == "" {
 			return fmt.Errorf("not stored: %+v", res.Files)
 		}
-		id = res.Files[0].FileID
-		return d.getFile(id, size)
+		st.id = res.Files[0].FileID
+		return d.getFile(st.id, size)
 	})
 	row.StoreRSSGrowth = grow()
-	drop()
+	st.drop()
 	return row, err
 }
 
@@ -179,29 +173,36 @@ func uploadRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 		row.InlineCodecMs = median(codec)
 	}
 
-	var id string
-	drop := func() {
-		if id != "" {
-			d.deleteFile(id)
-			id = ""
-		}
-	}
+	st := &stored{d: d}
 	grow := d.watchRSS()
-	row.Store, err = measureAfter(n, func() { drop(); ready() }, func() error {
+	row.Store, err = measureAfter(n, func() { st.drop(); ready() }, func() error {
 		var err error
-		if id, err = d.putFile("in.bin", data); err != nil {
+		if st.id, err = d.putFile("in.bin", data); err != nil {
 			return err
 		}
-		return run(api.FileIn{Path: "in.bin", FileID: id})
+		return run(api.FileIn{Path: "in.bin", FileID: st.id})
 	})
 	row.StoreRSSGrowth = grow()
 	if err != nil {
-		drop()
+		st.drop()
 		return row, err
 	}
-	row.Alone, err = measureAfter(n, ready, func() error { return run(api.FileIn{Path: "in.bin", FileID: id}) })
-	drop()
+	row.Alone, err = measureAfter(n, ready, func() error { return run(api.FileIn{Path: "in.bin", FileID: st.id}) })
+	st.drop()
 	return row, err
+}
+
+// stored is the file a measurement left in the store; drop deletes it.
+type stored struct {
+	d  *daemon
+	id string
+}
+
+func (s *stored) drop() {
+	if s.id != "" {
+		s.d.deleteFile(s.id)
+		s.id = ""
+	}
 }
 
 // refusal is the daemon refusing a file inline (a size cap): reported,

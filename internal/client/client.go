@@ -191,14 +191,11 @@ func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawM
 	}
 	req.Header.Set("Accept", "application/json")
 
-	resp, err := c.send(req)
+	resp, err := c.sendOK(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, responseError(resp)
-	}
 	return c.readObject(resp, method, path)
 }
 

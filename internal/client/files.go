@@ -118,16 +118,27 @@ func filePath(id string) (string, error) {
 	return "/v1/files/" + url.PathEscape(id), nil
 }
 
+// sendOK sends req and returns a 2xx response; any other is its error
+// (responseError), its body read and closed.
+func (c *Client) sendOK(req *http.Request) (*http.Response, error) {
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
 // decode sends req and decodes a 2xx response's JSON object into out.
 func (c *Client) decode(req *http.Request, out any) error {
-	resp, err := c.send(req)
+	resp, err := c.sendOK(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return responseError(resp)
-	}
 	raw, err := c.readObject(resp, req.Method, req.URL.Path)
 	if err != nil {
 		return err
