@@ -173,7 +173,7 @@ func TestRestartSweepsCrashLeftovers(t *testing.T) {
 	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = d.WaitExit()
+	<-d.Exited()
 	runs := filepath.Join(d.Dir, "run", "runs")
 	if ents, _ := os.ReadDir(runs); len(ents) == 0 || len(jailPids()) == 0 {
 		t.Fatalf("after kill -9 the run should be orphaned (runs %d, pids %d)", len(ents), len(jailPids()))

@@ -1168,7 +1168,7 @@ func fsKillAndRestart(t *testing.T, d *daemon) {
 	if err := d.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("kill -9: %v", err)
 	}
-	d.WaitExit()
+	<-d.Exited()
 	t.Logf("after kill -9 the store holds %q", fsStoreNames(t, d))
 	if err := d.Start(); err != nil {
 		t.Fatalf("restart: %v", err)

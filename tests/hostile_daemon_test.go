@@ -394,8 +394,7 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 		obs = "no response within 30 s, and the daemon keeps a core busy matching one file name against the pattern (exponential backtracking over **)"
 	}
 	// Kill it (a pinned daemon would never stop), restart to sweep, stop.
-	d.Cmd.Process.Kill()
-	d.WaitExit()
+	d.Kill()
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -714,7 +713,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.WaitExit()
+	<-d.Exited()
 	if len(dirNames(runs)) == 0 || len(jailPids()) == 0 {
 		t.Fatalf("after kill -9 the runs should be orphaned")
 	}

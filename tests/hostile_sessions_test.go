@@ -805,7 +805,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.WaitExit()
+	<-d.Exited()
 	live := cg.live()
 	if !live[idle.jail] || !live[busy.jail] {
 		t.Fatalf("after kill -9 the sessions' jails should be orphaned; live: %v", live)

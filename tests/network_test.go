@@ -464,8 +464,7 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 			t.Fatal("the networked run never got its link")
 		}
 	}
-	_ = d.Cmd.Process.Kill()
-	_ = d.WaitExit()
+	d.Kill()
 	<-done
 	if netLeaks(table, prefix) == "" {
 		t.Fatal("control: kill -9 left nothing behind")

@@ -418,7 +418,7 @@ func TestSessionsSurviveNothingOfADaemonKill(t *testing.T) {
 	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.WaitExit()
+	<-d.Exited()
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -86,14 +86,9 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := false
-	defer func() {
-		if running {
-			if err := d.Stop(); err != nil {
-				t.Error(err)
-			}
-		} else {
-			os.RemoveAll(d.Dir)
+	defer func() { // stops the daemon if the test has not; removes its directory
+		if err := d.Stop(); err != nil {
+			t.Error(err)
 		}
 	}()
 	ca := tlsauthtest.NewCA(t, "jaild test CA")
@@ -112,7 +107,6 @@ func TestTLS(t *testing.T) {
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	running = true
 	alice := newTLSClient(port, ca, aliceLeaf)
 
 	// The socket comes up first; the TLS listener right after.
@@ -226,12 +220,10 @@ func TestTLS(t *testing.T) {
 	go func() { done <- d.WaitExit() }()
 	select {
 	case err := <-done:
-		running = false
 		if err != nil {
 			t.Errorf("the daemon exited with %v after SIGTERM\n%s", err, d.Log.String())
 		}
 	case <-time.After(60 * time.Second):
-		running = false
 		_ = d.Cmd.Process.Kill()
 		<-done
 		t.Fatalf("the daemon did not exit after the drain\n%s", d.Log.String())
