@@ -25,15 +25,15 @@ func ptr[T any](v T) *T { return &v }
 
 func TestExecuteAllFields(t *testing.T) {
 	in := []byte{0, 1, 2, 255}
-	resp := execute(t, map[string]any{
-		"code": "import os, sys\nprint(sys.stdin.read().upper())\nprint(os.environ['GREETING'], file=sys.stderr)\n" +
+	resp := execute(t, api.ExecuteRequest{
+		Code: "import os, sys\nprint(sys.stdin.read().upper())\nprint(os.environ['GREETING'], file=sys.stderr)\n" +
 			"data = open('in/raw.bin', 'rb').read()\nopen('out/copy.bin', 'wb').write(data[::-1])\nopen('out/n.txt', 'w').write(str(len(data)))\nlen(data) * 10\n",
-		"stdin":                 "hello",
-		"files":                 []map[string]string{{"path": "in/raw.bin", "content_b64": base64.StdEncoding.EncodeToString(in)}, {"path": "out/.keep", "content_b64": ""}},
-		"return_files":          []string{"out/*.bin", "out/**/*.txt"},
-		"limits":                map[string]int{"timeout_ms": 5000, "memory_mb": 256, "pids": 32, "file_size_mb": 8, "output_bytes": 4096},
-		"last_line_interactive": true,
-		"env":                   map[string]string{"GREETING": "hi there"},
+		Stdin:               ptr("hello"),
+		Files:               []api.FileIn{{Path: "in/raw.bin", ContentB64: base64.StdEncoding.EncodeToString(in)}, {Path: "out/.keep", ContentB64: ""}},
+		ReturnFiles:         []string{"out/*.bin", "out/**/*.txt"},
+		Limits:              &api.Limits{TimeoutMs: ptr(int64(5000)), MemoryMB: ptr(int64(256)), Pids: ptr(int64(32)), FileSizeMB: ptr(int64(8)), OutputBytes: ptr(int64(4096))},
+		LastLineInteractive: true,
+		Env:                 map[string]string{"GREETING": "hi there"},
 	})
 	if resp.Status != "ok" || resp.ExitCode == nil || *resp.ExitCode != 0 || resp.Signal != nil || resp.Message != "" || resp.Error != nil {
 		t.Errorf("status %q exit %v signal %v message %q error %+v", resp.Status, resp.ExitCode, resp.Signal, resp.Message, resp.Error)
@@ -68,7 +68,7 @@ func TestExecuteAllFields(t *testing.T) {
 func TestExecuteOutcomes(t *testing.T) {
 	cases := []struct {
 		name, code string
-		limits     map[string]int
+		limits     *api.Limits
 		status     string
 		check      func(*api.ExecuteResponse) bool
 		message    string
@@ -83,11 +83,11 @@ func TestExecuteOutcomes(t *testing.T) {
 			"ModuleNotFoundError: No module named 'foo'"},
 		{"exit code", "import sys; sys.exit(4)", nil, "error",
 			func(r *api.ExecuteResponse) bool { return *r.ExitCode == 4 && r.Error == nil }, "Process exited with code 4"},
-		{"timeout", "while True: pass", map[string]int{"timeout_ms": 1000}, "timeout",
+		{"timeout", "while True: pass", &api.Limits{TimeoutMs: ptr(int64(1000))}, "timeout",
 			func(r *api.ExecuteResponse) bool { return r.TimedOut && r.Signal != nil && *r.Signal == 9 }, "Execution terminated after 1 second"},
-		{"memory", "x = bytearray(512 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", map[string]int{"memory_mb": 64}, "memory_limit",
+		{"memory", "x = bytearray(512 << 20)\nx[::4096] = b'1' * len(x[::4096])\n", &api.Limits{MemoryMB: ptr(int64(64))}, "memory_limit",
 			func(r *api.ExecuteResponse) bool { return r.OOMKilled }, "Memory limit of 64 MB exceeded"},
-		{"output", "while True: print('y' * 1000)", map[string]int{"output_bytes": 10000}, "output_limit",
+		{"output", "while True: print('y' * 1000)", &api.Limits{OutputBytes: ptr(int64(10000))}, "output_limit",
 			func(r *api.ExecuteResponse) bool { return r.StdoutTruncated && len(r.Stdout) == 10000 }, "Output limit of 10000 bytes exceeded"},
 		{"signal", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", nil, "killed",
 			func(r *api.ExecuteResponse) bool { return r.Signal != nil && *r.Signal == 11 && r.ExitCode == nil }, "Process killed by signal 11 (SIGSEGV)"},
@@ -96,11 +96,7 @@ func TestExecuteOutcomes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			req := map[string]any{"code": c.code}
-			if c.limits != nil {
-				req["limits"] = c.limits
-			}
-			r := execute(t, req)
+			r := execute(t, api.ExecuteRequest{Code: c.code, Limits: c.limits})
 			if r.Status != c.status || !c.check(r) || !strings.HasPrefix(r.Message, c.message) {
 				t.Errorf("status %q message %q exit %v signal %v error %+v", r.Status, r.Message, r.ExitCode, r.Signal, r.Error)
 			}
@@ -109,7 +105,7 @@ func TestExecuteOutcomes(t *testing.T) {
 }
 
 func TestExecuteFigures(t *testing.T) {
-	r := execute(t, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('t')\n", "limits": map[string]int{"timeout_ms": 30000}})
+	r := execute(t, api.ExecuteRequest{Code: "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.title('t')\n", Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	if r.Status != "ok" || len(r.Figures) != 1 {
 		t.Fatalf("status %q figures %d stderr %s", r.Status, len(r.Figures), r.Stderr)
 	}
@@ -128,21 +124,17 @@ const lintCode = "import os, sys\n\ndef f(x):\n    if x == None:\n        return
 
 func TestLintMatchesRuffCLI(t *testing.T) {
 	var lr api.LintResponse
-	if status, _ := shared.call(t, "POST", "/v1/lint", map[string]any{"code": lintCode}, &lr); status != 200 {
+	if status, _ := shared.call(t, "POST", "/v1/lint", api.LintRequest{Code: lintCode}, &lr); status != 200 {
 		t.Fatalf("lint: HTTP %d", status)
 	}
 	if len(lr.Diagnostics) < 4 {
 		t.Fatalf("only %d diagnostics: %+v", len(lr.Diagnostics), lr.Diagnostics)
 	}
 	// The CLI's own findings for the same code and rules, from a jail.
-	cli := execute(t, map[string]any{
-		"code": "import subprocess, sys\nsrc = open('main.py').read()\n" +
-			"p = subprocess.run(['ruff', 'check', '--isolated', '--no-cache', '--output-format', 'concise', '--select', 'ALL', " +
-			"'--ignore', 'COM812,CPY,D100,D203,D213,FBT,RUF029', '--stdin-filename', 'main.py', '-'], input=src, capture_output=True, text=True)\n" +
-			"print(p.stdout)\n",
-		"files":  []map[string]string{{"path": "main.py", "content_b64": base64.StdEncoding.EncodeToString([]byte(lintCode))}},
-		"limits": map[string]int{"timeout_ms": 30000},
-	})
+	cli := execute(t, api.ExecuteRequest{Code: "import subprocess, sys\nsrc = open('main.py').read()\n" +
+		"p = subprocess.run(['ruff', 'check', '--isolated', '--no-cache', '--output-format', 'concise', '--select', 'ALL', " +
+		"'--ignore', 'COM812,CPY,D100,D203,D213,FBT,RUF029', '--stdin-filename', 'main.py', '-'], input=src, capture_output=True, text=True)\n" +
+		"print(p.stdout)\n", Files: []api.FileIn{{Path: "main.py", ContentB64: base64.StdEncoding.EncodeToString([]byte(lintCode))}}, Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	var want []string
 	for _, line := range strings.Split(cli.Stdout, "\n") {
 		// main.py:1:8: F401 [*] `os` imported but unused
@@ -163,11 +155,11 @@ func TestLintMatchesRuffCLI(t *testing.T) {
 	}
 
 	// select/ignore are passed through; a syntax error is a diagnostic.
-	shared.call(t, "POST", "/v1/lint", map[string]any{"code": lintCode, "select": []string{"F401"}}, &lr)
+	shared.call(t, "POST", "/v1/lint", api.LintRequest{Code: lintCode, Select: []string{"F401"}}, &lr)
 	if len(lr.Diagnostics) != 2 || lr.Diagnostics[0].Code != "F401" || !lr.Diagnostics[0].Fixable || lr.Diagnostics[0].URL == "" {
 		t.Errorf("select F401: %+v", lr.Diagnostics)
 	}
-	if status, _ := shared.call(t, "POST", "/v1/lint", map[string]any{"code": "def f(:\n"}, &lr); status != 200 || len(lr.Diagnostics) == 0 || lr.Diagnostics[0].Code != "invalid-syntax" {
+	if status, _ := shared.call(t, "POST", "/v1/lint", api.LintRequest{Code: "def f(:\n"}, &lr); status != 200 || len(lr.Diagnostics) == 0 || lr.Diagnostics[0].Code != "invalid-syntax" {
 		t.Errorf("syntax error: HTTP %d %+v", status, lr.Diagnostics)
 	}
 }
@@ -176,18 +168,18 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestFormat(t *testing.T) {
 	var fr api.FormatResponse
-	if status, _ := shared.call(t, "POST", "/v1/format", map[string]any{"code": "x = {  'a':1 }\n"}, &fr); status != 200 {
+	if status, _ := shared.call(t, "POST", "/v1/format", api.FormatRequest{Code: "x = {  'a':1 }\n"}, &fr); status != 200 {
 		t.Fatalf("format: HTTP %d", status)
 	}
 	if fr.Code != "x = {\"a\": 1}\n" || !fr.Changed {
 		t.Errorf("format = %q changed %v", fr.Code, fr.Changed)
 	}
-	shared.call(t, "POST", "/v1/format", map[string]any{"code": fr.Code}, &fr)
+	shared.call(t, "POST", "/v1/format", api.FormatRequest{Code: fr.Code}, &fr)
 	if fr.Changed {
 		t.Error("formatting formatted code changed it")
 	}
 	var e api.ErrorBody
-	if status, _ := shared.call(t, "POST", "/v1/format", map[string]any{"code": "def f(:\n"}, &e); status != 400 || e.Error.Type != "invalid_argument" {
+	if status, _ := shared.call(t, "POST", "/v1/format", api.FormatRequest{Code: "def f(:\n"}, &e); status != 400 || e.Error.Type != "invalid_argument" {
 		t.Errorf("format of a syntax error: HTTP %d %+v", status, e)
 	}
 }

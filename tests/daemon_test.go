@@ -1,8 +1,8 @@
 package tests
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/jail"
 )
 
@@ -63,7 +64,7 @@ func TestREADMECurlExamples(t *testing.T) {
 		t.Fatalf("found %d curl examples in README.md, want at least 4", len(cmds))
 	}
 	for _, c := range cmds {
-		c = strings.ReplaceAll(c, "/run/jaild/jaild.sock", shared.socket)
+		c = strings.ReplaceAll(c, "/run/jaild/jaild.sock", shared.Socket)
 		out, err := exec.Command("bash", "-c", c+" -w '\\n%{http_code}'").Output()
 		if err != nil {
 			t.Errorf("%s: %v", c, err)
@@ -90,23 +91,20 @@ func TestSocketActivation(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "act.sock")
-	d, err := startDaemon(sock, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := activated(t, sock)
 	for i := range 3 {
 		var r api.ExecuteResponse
 		if status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(6*7)"}`, &r); status != 200 || r.Stdout != "42\n" {
-			t.Fatalf("request %d: HTTP %d %+v\n%s", i, status, r, d.log.String())
+			t.Fatalf("request %d: HTTP %d %+v\n%s", i, status, r, d.Log.String())
 		}
 	}
-	if !strings.Contains(d.log.String(), `"socket_activated":true`) {
-		t.Errorf("daemon did not report socket activation:\n%s", d.log.String())
+	if !strings.Contains(d.Log.String(), `"socket_activated":true`) {
+		t.Errorf("daemon did not report socket activation:\n%s", d.Log.String())
 	}
-	if _, err := os.Stat(filepath.Join(d.dir, "s.sock")); err == nil {
+	if _, err := os.Stat(filepath.Join(d.Dir, "s.sock")); err == nil {
 		t.Error("an activated daemon also created its own socket")
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 }
@@ -114,10 +112,7 @@ func TestSocketActivation(t *testing.T) {
 // SIGTERM: stop accepting, let the run in flight finish, exit cleanly and
 // leave nothing behind.
 func TestGracefulShutdown(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemon(t, daemontest.Options{})
 	result := make(chan api.ExecuteResponse, 1)
 	go func() {
 		var r api.ExecuteResponse
@@ -125,41 +120,37 @@ func TestGracefulShutdown(t *testing.T) {
 		result <- r
 	}()
 	waitFor(t, 10*time.Second, "the run to start", func() bool { return len(jailPids()) > 0 })
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if c, err := net.Dial("unix", d.socket); err == nil {
+	if c, err := net.Dial("unix", d.Socket); err == nil {
 		c.Close()
 		t.Error("daemon still accepts connections after SIGTERM")
 	}
 	if r := <-result; r.Status != "ok" || r.Stdout != "finished\n" {
 		t.Errorf("run in flight: %+v", r)
 	}
-	if err := d.cmd.Wait(); err != nil {
-		t.Errorf("exit: %v\n%s", err, d.log.String())
+	if err := d.WaitExit(); err != nil {
+		t.Errorf("exit: %v\n%s", err, d.Log.String())
 	}
-	if ents, _ := os.ReadDir(filepath.Join(d.dir, "run", "runs")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(d.Dir, "run", "runs")); len(ents) != 0 {
 		t.Errorf("run directories left: %v", ents)
 	}
 	if len(jailPids()) != 0 {
 		t.Error("jail processes left after shutdown")
 	}
-	os.RemoveAll(d.dir)
+	os.RemoveAll(d.Dir)
 }
 
 // An unprivileged user cannot reach a socket with the default mode.
 func TestSocketPermissions(t *testing.T) {
-	d, err := startDaemon("", "socket_mode = \"0600\"\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
-	fi, err := os.Stat(d.socket)
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0600\"\n"})
+	fi, err := os.Stat(d.Socket)
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v: %v", fi.Mode(), err)
 	}
-	cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/health")
+	cmd := exec.Command("curl", "-s", "--unix-socket", d.Socket, "http://jaild/v1/health")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Errorf("uid 65534 reached a 0600 root socket: %s", out)
@@ -169,42 +160,29 @@ func TestSocketPermissions(t *testing.T) {
 // kill -9 of the daemon with a run in flight, then a restart: the start-up
 // sweep removes the orphaned jail, its cgroup, mounts and run directory.
 func TestRestartSweepsCrashLeftovers(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startDaemon(t, daemontest.Options{})
 	go func() {
 		// Fails with EOF when the daemon is killed.
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json",
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json",
 			strings.NewReader(`{"code":"import time\ntime.sleep(120)","limits":{"timeout_ms":120000}}`))
 		if err == nil {
 			resp.Body.Close()
 		}
 	}()
 	waitFor(t, 10*time.Second, "the run to start", func() bool { return len(jailPids()) > 0 })
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = d.cmd.Wait()
-	runs := filepath.Join(d.dir, "run", "runs")
+	<-d.Exited()
+	runs := filepath.Join(d.Dir, "run", "runs")
 	if ents, _ := os.ReadDir(runs); len(ents) == 0 || len(jailPids()) == 0 {
 		t.Fatalf("after kill -9 the run should be orphaned (runs %d, pids %d)", len(ents), len(jailPids()))
 	}
 	// Restart on the same configuration (the stale socket is replaced).
-	d2 := &daemon{dir: d.dir, socket: d.socket, log: d.log, client: d.client}
-	d2.cmd = exec.Command(filepath.Join(binDir, "jaild"), "--config", filepath.Join(d.dir, "jaild.toml"))
-	d2.cmd.Stdout, d2.cmd.Stderr = d2.log, d2.log
-	if err := d2.cmd.Start(); err != nil {
+	d.Opts.ReadyWithin = 30 * time.Second
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer d2.stop()
-	waitFor(t, 30*time.Second, "the restarted daemon to answer", func() bool {
-		c, err := net.Dial("unix", d2.socket)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
 	// Killed processes whose parent died are reaped by the host's init.
 	waitFor(t, 5*time.Second, "the orphaned jail's processes to be gone", func() bool { return len(jailPids()) == 0 })
 	if ents, _ := os.ReadDir(runs); len(ents) != 0 {
@@ -215,7 +193,7 @@ func TestRestartSweepsCrashLeftovers(t *testing.T) {
 		t.Error("a run mount survived the restart")
 	}
 	var r api.ExecuteResponse
-	if status, _ := d2.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r); status != 200 || r.Stdout != "1\n" {
+	if status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r); status != 200 || r.Stdout != "1\n" {
 		t.Errorf("after restart: HTTP %d %+v", status, r)
 	}
 }
@@ -223,11 +201,7 @@ func TestRestartSweepsCrashLeftovers(t *testing.T) {
 // With a warm pool, requests that fit are served by jails started ahead of
 // them (visible in /v1/info), and they behave like cold ones.
 func TestWarmPoolDaemon(t *testing.T) {
-	d, err := startDaemonPool("", "", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := startDaemon(t, daemontest.Options{Pool: 1})
 	ready := func() bool {
 		var info api.Info
 		d.call(t, "GET", "/v1/info", nil, &info)
@@ -259,15 +233,7 @@ func TestWarmPoolDaemon(t *testing.T) {
 // lives, their processes' host uids are in different ranges, and the
 // daemon that found a range taken says so in its log.
 func TestSharedHostIDBase(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	// The shared daemon starts its run first, so it takes the lowest range.
 	done := make(chan struct{}, 2)
 	for _, dm := range []*daemon{shared, d} {
@@ -295,8 +261,8 @@ func TestSharedHostIDBase(t *testing.T) {
 	if len(ranges) != 2 {
 		t.Errorf("the two daemons' runs hold host id ranges %v, want two different ones", ranges)
 	}
-	if !strings.Contains(d.log.String(), "another jaild on this host uses host ids") {
-		t.Errorf("the second daemon did not say it skipped the shared daemon's range:\n%s", d.log.String())
+	if !strings.Contains(d.Log.String(), "another jaild on this host uses host ids") {
+		t.Errorf("the second daemon did not say it skipped the shared daemon's range:\n%s", d.Log.String())
 	}
 }
 
@@ -310,29 +276,16 @@ func TestNoCgroupsRefusesStart(t *testing.T) {
 		t.Fatalf("ip netns add: %v\n%s", err, out)
 	}
 	defer exec.Command("ip", "netns", "delete", ns).Run()
-	d, err := newTunedDaemon("", 0, nil)
+	d, err := prepareDaemon(daemontest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(d.dir)
-	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "jaild"), "--config", filepath.Join(d.dir, "jaild.toml"))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	defer d.Stop()
+	d.Opts.Wrap = []string{"ip", "netns", "exec", ns}
+	if err := d.Start(); !errors.Is(err, daemontest.ErrExited) || !strings.Contains(d.Log.String(), "no cgroup hierarchy for jails") {
+		t.Errorf("jaild without cgroups: %v\n%s", err, d.Log.String())
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), "no cgroup hierarchy for jails") {
-			t.Errorf("jaild without cgroups: %v\n%s", err, out.String())
-		}
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("jaild without cgroups did not exit:\n%s", out.String())
-	}
-	if _, err := os.Stat(d.socket); err == nil {
+	if _, err := os.Stat(d.Socket); err == nil {
 		t.Error("it made its socket")
 	}
 }
@@ -343,12 +296,8 @@ func TestNoCgroupsRefusesStart(t *testing.T) {
 // binary on disk can be opened for writing through /proc/<pid>/exe; its
 // threads keep the binary's name.
 func TestSealedBinary(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
-	exe := fmt.Sprintf("/proc/%d/exe", d.cmd.Process.Pid)
+	d := startDaemon(t, daemontest.Options{})
+	exe := fmt.Sprintf("/proc/%d/exe", d.Cmd.Process.Pid)
 	target, err := os.Readlink(exe)
 	if err != nil || !strings.HasPrefix(target, "/memfd:") {
 		t.Fatalf("%s -> %q (%v), want a memfd", exe, target, err)
@@ -375,12 +324,12 @@ func TestSealedBinary(t *testing.T) {
 	}
 	// Every thread is named after the binary, not the /proc/self/fd/N
 	// path it was executed by.
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.cmd.Process.Pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.Cmd.Process.Pid))
 	if err != nil || len(tasks) < 2 {
 		t.Fatalf("threads: %v (%d)", err, len(tasks))
 	}
 	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", d.cmd.Process.Pid, task.Name()))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/comm", d.Cmd.Process.Pid, task.Name()))
 		if err == nil && string(b) != "jaild\n" {
 			t.Errorf("thread %s is named %q, want jaild", task.Name(), b)
 		}

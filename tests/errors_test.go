@@ -123,7 +123,7 @@ func TestBurstBeyondCapacity(t *testing.T) {
 func TestQuotaForNonRoot(t *testing.T) {
 	var codes []int
 	for range 5 {
-		cmd := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", shared.socket,
+		cmd := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", shared.Socket,
 			"http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)"}`)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
@@ -152,7 +152,7 @@ func TestClientDisconnectKillsRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if resp, err := shared.client.Do(req); err == nil {
+		if resp, err := shared.Client.Do(req); err == nil {
 			resp.Body.Close()
 		}
 	}()

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // fsStartDaemon starts a daemon of a file test's own: its socket open
@@ -42,18 +43,10 @@ import (
 // keys) added to its [files] section.
 func fsStartDaemon(t *testing.T, files string) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
 		c = setKeys(c, map[string]string{"daily_quota": "1000", "max_concurrent": "4", "queue_size": "16", "queue_wait": `"60s"`})
 		return fsSetKeys(c, files)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
@@ -99,7 +92,7 @@ func fsCall(t *testing.T, d *daemon, method, path string, body io.Reader, hdr ..
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := d.client.Do(req)
+	resp, err := d.Client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -189,7 +182,7 @@ func fsIDs(fs []api.StoredFile) []string {
 // fsDownload reads file id's content as root, hashing it on the way.
 func fsDownload(t *testing.T, d *daemon, id string) (sum string, n int64) {
 	t.Helper()
-	resp, err := d.client.Get("http://jaild/v1/files/" + id)
+	resp, err := d.Client.Get("http://jaild/v1/files/" + id)
 	if err != nil {
 		t.Fatalf("GET %s: %v", id, err)
 	}
@@ -211,7 +204,7 @@ func fsDownload(t *testing.T, d *daemon, id string) (sum string, n int64) {
 // fsStoreNames lists the store's directory.
 func fsStoreNames(t *testing.T, d *daemon) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(d.dir, "files"))
+	ents, err := os.ReadDir(filepath.Join(d.Dir, "files"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +236,7 @@ func fsNobody(t *testing.T, d *daemon, method, path string, args ...string) (int
 	t.Helper()
 	// --raw: curl -i prints the headers as sent (Transfer-Encoding:
 	// chunked, say) but would decode the body they describe.
-	argv := append([]string{"-s", "-i", "--raw", "-H", "Expect:", "--unix-socket", d.socket, "-X", method, "http://jaild" + path}, args...)
+	argv := append([]string{"-s", "-i", "--raw", "-H", "Expect:", "--unix-socket", d.Socket, "-X", method, "http://jaild" + path}, args...)
 	cmd := exec.Command("curl", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	out, err := cmd.Output()
@@ -265,7 +258,7 @@ func fsNobody(t *testing.T, d *daemon, method, path string, args ...string) (int
 // the daemon's directory) and returns the status and the body.
 func fsNobodyUpload(t *testing.T, d *daemon, name string, data []byte) (int, []byte) {
 	t.Helper()
-	src := filepath.Join(d.dir, "upload-"+randHex(4))
+	src := filepath.Join(d.Dir, "upload-"+randHex(4))
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +282,7 @@ func fsNobodyJSON(t *testing.T, d *daemon, path string, body any) (int, []byte) 
 // would not send.
 func fsRawConn(t *testing.T, d *daemon) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("unix", d.socket)
+	c, err := net.Dial("unix", d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +307,7 @@ func fsReadResponse(t *testing.T, c net.Conn, br *bufio.Reader, limit time.Durat
 }
 
 // fsExec posts an execute request as root and returns its 200 response.
-func fsExec(t *testing.T, d *daemon, path string, req map[string]any) ([]byte, *api.ExecuteResponse) {
+func fsExec(t *testing.T, d *daemon, path string, req any) ([]byte, *api.ExecuteResponse) {
 	t.Helper()
 	j, _ := json.Marshal(req)
 	resp, body := fsCall(t, d, "POST", path, bytes.NewReader(j), "Content-Type", "application/json")
@@ -450,7 +443,7 @@ func TestFilesUploadDownload(t *testing.T) {
 
 	t.Run("curl", func(t *testing.T) {
 		content := fsDetBytes(3, 200_000)
-		src := filepath.Join(d.dir, "curl data.csv")
+		src := filepath.Join(d.Dir, "curl data.csv")
 		if err := os.WriteFile(src, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +456,7 @@ func TestFilesUploadDownload(t *testing.T) {
 			{[]string{"-F", "file=@" + src, "http://jaild/v1/files"}, "curl data.csv", &curlF},
 			{[]string{"-X", "POST", "-T", src, "http://jaild/v1/files?name=put.csv"}, "put.csv", &curlT},
 		} {
-			out, err := exec.Command("curl", append([]string{"-sS", "--fail-with-body", "--unix-socket", d.socket}, c.args...)...).Output()
+			out, err := exec.Command("curl", append([]string{"-sS", "--fail-with-body", "--unix-socket", d.Socket}, c.args...)...).Output()
 			if err != nil {
 				t.Fatalf("curl %q: %v: %s", c.args, err, out)
 			}
@@ -600,7 +593,7 @@ func TestFilesLarge(t *testing.T) {
 	// Warm up the paths of an upload and a download first.
 	small := fsUpload(t, d, "warm.bin", fsDetBytes(4, 1<<20))
 	fsDownload(t, d, small.FileID)
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	hwmBefore := procStatusKB(t, pid, "VmHWM") << 10
 
 	h := sha256.New()
@@ -610,7 +603,7 @@ func TestFilesLarge(t *testing.T) {
 	}
 	req.ContentLength = fsLargeFile
 	start := time.Now()
-	resp, err := d.client.Do(req)
+	resp, err := d.Client.Do(req)
 	if err != nil {
 		t.Fatalf("upload 1 GiB: %v", err)
 	}
@@ -628,7 +621,7 @@ func TestFilesLarge(t *testing.T) {
 	hwmUp := procStatusKB(t, pid, "VmHWM") << 10
 
 	start = time.Now()
-	resp, err = d.client.Get("http://jaild/v1/files/" + f.FileID)
+	resp, err = d.Client.Get("http://jaild/v1/files/" + f.FileID)
 	if err != nil {
 		t.Fatalf("download: %v", err)
 	}
@@ -724,10 +717,10 @@ func TestFilesInRuns(t *testing.T) {
 	// stored.
 	t.Run("symlink not stored", func(t *testing.T) {
 		before := fsList(t, d)
-		_, r := fsExec(t, d, "/v1/execute", map[string]any{
-			"code":            "import os\nos.symlink('/etc/shadow', 'shadow')\nos.symlink('/etc/passwd', 'passwd.txt')\nopen('real.txt', 'w').write('real')",
-			"return_files":    []string{"shadow", "*.txt"},
-			"return_files_as": "store",
+		_, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{
+			Code:          "import os\nos.symlink('/etc/shadow', 'shadow')\nos.symlink('/etc/passwd', 'passwd.txt')\nopen('real.txt', 'w').write('real')",
+			ReturnFiles:   []string{"shadow", "*.txt"},
+			ReturnFilesAs: "store",
 		})
 		var real api.FileOut
 		for _, fo := range r.Files {
@@ -773,9 +766,9 @@ func TestFilesInRuns(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		t.Run("execute", func(t *testing.T) {
 			t.Parallel()
-			_, r := fsExec(t, d, "/v1/execute", map[string]any{
-				"code":  readCode("data/input.bin"),
-				"files": []map[string]any{{"path": "data/input.bin", "file_id": f.FileID}},
+			_, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{
+				Code:  readCode("data/input.bin"),
+				Files: []api.FileIn{{Path: "data/input.bin", FileID: f.FileID}},
 			})
 			checkRead(t, r.Stdout, map[string]api.StoredFile{"data/input.bin": f})
 		})
@@ -783,18 +776,18 @@ func TestFilesInRuns(t *testing.T) {
 		t.Run("session", func(t *testing.T) {
 			t.Parallel()
 			g := fsUpload(t, d, "second.bin", fsDetBytes(9, 100_000))
-			s := newSession(t, d, map[string]any{"files": []map[string]any{{"path": "a.bin", "file_id": f.FileID}}})
+			s := newSession(t, d, api.SessionCreateRequest{Files: []api.FileIn{{Path: "a.bin", FileID: f.FileID}}})
 			defer deleteSession(t, d, s.SessionID)
-			_, r := fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", map[string]any{
-				"code":  readCode("a.bin", "b.bin"),
-				"files": []map[string]any{{"path": "b.bin", "file_id": g.FileID}},
+			_, r := fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{
+				Code:  readCode("a.bin", "b.bin"),
+				Files: []api.FileIn{{Path: "b.bin", FileID: g.FileID}},
 			})
 			checkRead(t, r.Stdout, map[string]api.StoredFile{"a.bin": f, "b.bin": g})
 			// A session's call returns into the store too.
-			_, r = fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", map[string]any{
-				"code":            "import hashlib\nb = open('a.bin', 'rb').read()[::-1]\nopen('rev.bin', 'wb').write(b)\nprint(hashlib.sha256(b).hexdigest())",
-				"return_files":    []string{"rev.bin"},
-				"return_files_as": "store",
+			_, r = fsExec(t, d, "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{
+				Code:          "import hashlib\nb = open('a.bin', 'rb').read()[::-1]\nopen('rev.bin', 'wb').write(b)\nprint(hashlib.sha256(b).hexdigest())",
+				ReturnFiles:   []string{"rev.bin"},
+				ReturnFilesAs: "store",
 			})
 			fsCheckStoredOutputs(t, d, r, map[string]int64{"rev.bin": f.SizeBytes}, map[string]string{"rev.bin": strings.TrimSpace(r.Stdout)}, 0)
 		})
@@ -805,9 +798,9 @@ func TestFilesInRuns(t *testing.T) {
 			for _, c := range []struct {
 				path, id string
 			}{{"/v1/execute", f.FileID}, {"/v1/execute", missing}, {"/v1/execute", "f-../../etc/shadow"}, {"/v1/sessions", f.FileID}} {
-				status, body := fsNobodyJSON(t, d, c.path, map[string]any{"code": "print(1)", "files": []map[string]any{{"path": "x.bin", "file_id": c.id}}})
+				status, body := fsNobodyJSON(t, d, c.path, api.ExecuteRequest{Code: "print(1)", Files: []api.FileIn{{Path: "x.bin", FileID: c.id}}})
 				if c.path == "/v1/sessions" {
-					status, body = fsNobodyJSON(t, d, c.path, map[string]any{"files": []map[string]any{{"path": "x.bin", "file_id": c.id}}})
+					status, body = fsNobodyJSON(t, d, c.path, api.SessionCreateRequest{Files: []api.FileIn{{Path: "x.bin", FileID: c.id}}})
 				}
 				fsWantError(t, "uid 65534 "+c.path+" with file_id "+c.id, status, body, http.StatusNotFound, "not_found", "files[0].file_id", "")
 			}
@@ -830,7 +823,7 @@ print(json.dumps({'out/big.bin': hashlib.sha256(big).hexdigest(), 'out/report.tx
 				text += len(fmt.Sprintf("line %d of the report\n", i))
 			}
 			sizes := map[string]int64{"out/big.bin": 5 << 20, "out/report.txt": int64(text)}
-			raw, r := fsExec(t, d, "/v1/execute", map[string]any{"code": code, "return_files": []string{"out/*"}, "return_files_as": "store"})
+			raw, r := fsExec(t, d, "/v1/execute", api.ExecuteRequest{Code: code, ReturnFiles: []string{"out/*"}, ReturnFilesAs: "store"})
 			if bytes.Contains(raw, []byte("content_b64")) {
 				t.Errorf("a response returning into the store has content_b64: %.500s", raw)
 			}
@@ -845,8 +838,10 @@ print(json.dumps({'out/big.bin': hashlib.sha256(big).hexdigest(), 'out/report.tx
 			}
 
 			// uid 65534's outputs are its own.
-			status, body := fsNobodyJSON(t, d, "/v1/execute", map[string]any{
-				"code": "open('mine.txt', 'w').write('made by 65534')", "return_files": []string{"mine.txt"}, "return_files_as": "store",
+			status, body := fsNobodyJSON(t, d, "/v1/execute", api.ExecuteRequest{
+				Code:          "open('mine.txt', 'w').write('made by 65534')",
+				ReturnFiles:   []string{"mine.txt"},
+				ReturnFilesAs: "store",
 			})
 			var nr api.ExecuteResponse
 			if err := strictJSON(body, &nr); status != http.StatusOK || err != nil || nr.Status != api.StatusOK || len(nr.Files) != 1 || nr.Files[0].FileID == "" {
@@ -1131,7 +1126,7 @@ func TestFilesKillDuringUpload(t *testing.T) {
 	req.ContentLength = 512 << 20
 	done := make(chan error, 1)
 	go func() {
-		resp, err := d.client.Do(req)
+		resp, err := d.Client.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -1142,7 +1137,7 @@ func TestFilesKillDuringUpload(t *testing.T) {
 	var tmp string
 	waitFor(t, 30*time.Second, "32 MiB of the upload in its temporary file", func() bool {
 		for _, n := range fsStoreNames(t, d) {
-			if st, err := os.Stat(filepath.Join(d.dir, "files", n)); err == nil && strings.HasPrefix(n, ".tmp-") && st.Size() >= 32<<20 {
+			if st, err := os.Stat(filepath.Join(d.Dir, "files", n)); err == nil && strings.HasPrefix(n, ".tmp-") && st.Size() >= 32<<20 {
 				tmp = n
 				return true
 			}
@@ -1170,12 +1165,12 @@ func TestFilesKillDuringUpload(t *testing.T) {
 // killed daemon's jails are swept only by its successor.
 func fsKillAndRestart(t *testing.T, d *daemon) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("kill -9: %v", err)
 	}
-	d.cmd.Wait()
+	<-d.Exited()
 	t.Logf("after kill -9 the store holds %q", fsStoreNames(t, d))
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 }
@@ -1193,13 +1188,15 @@ for i in range(8):
     with open(f'out/f{i}.bin', 'wb') as f:
         for _ in range(16):
             f.write(os.urandom(1 << 20))`
-	body, _ := json.Marshal(map[string]any{
-		"code": code, "return_files": []string{"out/*.bin"}, "return_files_as": "store",
-		"limits": map[string]any{"file_size_mb": 256, "memory_mb": 1024, "timeout_ms": 60000},
+	body, _ := json.Marshal(api.ExecuteRequest{
+		Code:          code,
+		ReturnFiles:   []string{"out/*.bin"},
+		ReturnFilesAs: "store",
+		Limits:        &api.Limits{FileSizeMB: ptr(int64(256)), MemoryMB: ptr(int64(1024)), TimeoutMs: ptr(int64(60000))},
 	})
 	done := make(chan string, 1)
 	go func() {
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(body))
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(body))
 		if err != nil {
 			done <- ""
 			return
@@ -1250,7 +1247,7 @@ for i in range(8):
 	t.Logf("%d of the 8 outputs were stored whole before the kill", len(got))
 
 	// The restarted daemon swept the killed run's jail.
-	runs := filepath.Join(d.dir, "run", "runs")
+	runs := filepath.Join(d.Dir, "run", "runs")
 	waitFor(t, 30*time.Second, "the killed run's jail to be swept", func() bool {
 		ents, _ := os.ReadDir(runs)
 		mi, _ := os.ReadFile("/proc/self/mountinfo")
@@ -1286,7 +1283,7 @@ func TestFilesDisabled(t *testing.T) {
 	if status, _ := d.call(t, "GET", "/v1/info", nil, &info); status != http.StatusOK || info.Files != (api.FilesInfo{}) {
 		t.Errorf("info: HTTP %d, files %+v, want all zero", status, info.Files)
 	}
-	if _, err := os.Lstat(filepath.Join(d.dir, "files")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(d.Dir, "files")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a disabled store's directory: %v", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
 	"github.com/jaild/jaild/internal/tlsauth/tlsauthtest"
@@ -47,47 +48,17 @@ const (
 // internal/jail's and the benchmark's (1.5e9 and up).
 var fleetIDBases = []uint32{2_000_000_000, 2_100_000_000, 2_200_000_000}
 
-// syncBuffer is a daemon's or HAProxy's output, read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// tail is the end of the output, for failure messages.
-func (s *syncBuffer) tail(n int) string {
-	out := s.String()
-	if len(out) > n {
-		out = "…" + out[len(out)-n:]
-	}
-	return out
-}
-
 // fleetHost is one jaild in a network namespace of its own, reached from
 // the root namespace over a veth at addr.
 type fleetHost struct {
-	name   string // HAProxy's name for it: host<i>
-	ns     string // the network namespace
-	link   string // the veth's end in the root namespace
-	addr   string // the daemon's address, in its namespace
-	base   uint32 // its host_id_base
-	d      *daemon
-	log    *syncBuffer // the output of every start
-	exited chan struct{}
-	err    error // the current process's exit, once exited is closed
-	cg     *jailCgroups
-	ready  *tlsClient // straight to its TLS listener, a new connection each request
+	name  string // HAProxy's name for it: host<i>
+	ns    string // the network namespace
+	link  string // the veth's end in the root namespace
+	addr  string // the daemon's address, in its namespace
+	base  uint32 // its host_id_base
+	d     *daemon
+	cg    *jailCgroups
+	ready *tlsClient // straight to its TLS listener, a new connection each request
 }
 
 func (h *fleetHost) url() string { return fmt.Sprintf("https://%s:%d", h.addr, fleetTLSPort) }
@@ -97,7 +68,7 @@ func (h *fleetHost) url() string { return fmt.Sprintf("https://%s:%d", h.addr, f
 func newFleetHost(t *testing.T, i int, ca *tlsauthtest.CA, fleetLeaf *tlsauthtest.Leaf) *fleetHost {
 	t.Helper()
 	h := &fleetHost{name: fmt.Sprintf("host%d", i), ns: fmt.Sprintf("jdfl%d-%d", i, os.Getpid()),
-		link: fmt.Sprintf("jdfl%d-%d", i, os.Getpid()%10000), addr: fmt.Sprintf("10.77.%d.2", i), base: fleetIDBases[i], log: &syncBuffer{}}
+		link: fmt.Sprintf("jdfl%d-%d", i, os.Getpid()%10000), addr: fmt.Sprintf("10.77.%d.2", i), base: fleetIDBases[i]}
 	t.Cleanup(h.removeNetwork)
 	for _, s := range [][]string{
 		{"netns", "add", h.ns},
@@ -113,48 +84,43 @@ func newFleetHost(t *testing.T, i int, ca *tlsauthtest.CA, fleetLeaf *tlsauthtes
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "jdfleet")
+	// Room for every client and the runs sent straight to a host on any
+	// one host, queue included: /v1/ready never says "full", so a host
+	// leaves the balancer only when it stops or drains. No daily quota:
+	// the clients run as long as the test needs. It runs in the host's
+	// network namespace (and nothing else's: `ip netns exec` would also
+	// give it a /sys without the cgroup hierarchies) and serves once its
+	// socket and its TLS listener answer.
+	d, err := prepareDaemon(daemontest.Options{DirPrefix: "jdfleet",
+		Wrap: []string{"nsenter", "--net=/run/netns/" + h.ns, "--"},
+		Ready: func(d *daemontest.Daemon) bool {
+			_, _, err := h.ready.try("GET", "/v1/health", "")
+			return daemontest.Dials(d) && err == nil
+		},
+		Tune: func(cfg string) string {
+			return setKeys(cfg, map[string]string{
+				"host_id_base": strconv.FormatUint(uint64(h.base), 10), "max_concurrent": "4", "queue_size": "16",
+				"queue_wait": `"30s"`, "daily_quota": "0",
+			})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // jails reach the run directory as unprivileged uids
-		t.Fatal(err)
-	}
-	h.d = &daemon{dir: dir, socket: filepath.Join(dir, "s.sock")}
+	h.d = d
 	t.Cleanup(func() { h.cleanup(t) })
-	h.d.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", h.d.socket)
-		},
-	}}
 
 	// Its own certificate: the name clients dial through the load
 	// balancer (127.0.0.1), its own address, and a DNS name HAProxy
 	// checks (verifyhost) to know it reached the host it meant.
 	leaf := ca.Issue(t, tlsauthtest.Template{CN: "jaild " + h.name, Server: true,
 		DNS: []string{h.name + ".fleet.test"}, IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(h.addr)}})
-	cert, key := leaf.Write(t, dir, "server")
-	clientCA := ca.Write(t, dir, "client-ca.crt")
-	cfgPath, err := writeConfig(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Room for every client and the runs sent straight to a host on any
-	// one host, queue included: /v1/ready never says "full", so a host
-	// leaves the balancer only when it stops or drains. No daily quota:
-	// the clients run as long as the test needs.
-	cfg := setKeys(string(b), map[string]string{
-		"host_id_base": strconv.FormatUint(uint64(h.base), 10), "max_concurrent": "4", "queue_size": "16",
-		"queue_wait": `"30s"`, "daily_quota": "0",
-	})
-	cfg += fmt.Sprintf("[tls]\nlisten = \"%s:%d\"\ncert = %q\nkey = %q\nclient_ca = %q\n", h.addr, fleetTLSPort, cert, key, clientCA) +
-		"[[tls.clients]]\nname = \"fleet\"\n" + // the test's clients
-		"[[tls.clients]]\nname = \"haproxy\"\n" // the load balancer's health checks
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+	cert, key := leaf.Write(t, d.Dir, "server")
+	clientCA := ca.Write(t, d.Dir, "client-ca.crt")
+	if err := d.EditConfig(func(cfg string) string {
+		return cfg + fmt.Sprintf("[tls]\nlisten = \"%s:%d\"\ncert = %q\nkey = %q\nclient_ca = %q\n", h.addr, fleetTLSPort, cert, key, clientCA) +
+			"[[tls.clients]]\nname = \"fleet\"\n" + // the test's clients
+			"[[tls.clients]]\nname = \"haproxy\"\n" // the load balancer's health checks
+	}); err != nil {
 		t.Fatal(err)
 	}
 	rc := tlsauthtest.ClientConfig(ca, fleetLeaf)
@@ -164,87 +130,21 @@ func newFleetHost(t *testing.T, i int, ca *tlsauthtest.CA, fleetLeaf *tlsauthtes
 	return h
 }
 
-// start runs the daemon in the host's network namespace (and nothing
-// else's: `ip netns exec` would also give it a /sys without the cgroup
-// hierarchies) and waits until its socket and its TLS listener answer.
+// start runs the daemon and waits until it serves.
 func (h *fleetHost) start() error {
-	cmd := exec.Command("nsenter", "--net=/run/netns/"+h.ns, "--",
-		filepath.Join(binDir, "jaild"), "--config", filepath.Join(h.d.dir, "jaild.toml"))
-	cmd.Stdout, cmd.Stderr = h.log, h.log
-	fmt.Fprintf(h.log, "--- start %s\n", time.Now().Format(time.RFC3339Nano))
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	h.d.cmd, h.exited = cmd, make(chan struct{})
-	exited := h.exited
-	go func() {
-		h.err = cmd.Wait()
-		close(exited)
-	}()
-	up := func() bool {
-		c, err := net.Dial("unix", h.d.socket)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		_, _, err = h.ready.try("GET", "/v1/health", "")
-		return err == nil
-	}
-	for deadline := time.Now().Add(60 * time.Second); !up(); time.Sleep(50 * time.Millisecond) {
-		select {
-		case <-exited:
-			return fmt.Errorf("%s: jaild exited (%v) before serving:\n%s", h.name, h.err, h.log.tail(4000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			h.kill()
-			return fmt.Errorf("%s: jaild did not come up:\n%s", h.name, h.log.tail(4000))
-		}
+	if err := h.d.Start(); err != nil {
+		return fmt.Errorf("%s: %w", h.name, err)
 	}
 	return nil
-}
-
-func (h *fleetHost) running() bool {
-	if h.exited == nil {
-		return false
-	}
-	select {
-	case <-h.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (h *fleetHost) kill() {
-	if h.running() {
-		_ = h.d.cmd.Process.Kill()
-		<-h.exited
-	}
 }
 
 // stop sends SIGTERM and waits for the daemon to exit; an error if it
 // does not, or exits with a failure.
 func (h *fleetHost) stop() error {
-	if !h.running() {
-		return nil
+	if err := h.d.StopProcess(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("%s: %w", h.name, err)
 	}
-	_ = h.d.cmd.Process.Signal(syscall.SIGTERM)
-	return h.wait(60 * time.Second)
-}
-
-// wait waits for the daemon's exit.
-func (h *fleetHost) wait(limit time.Duration) error {
-	select {
-	case <-h.exited:
-		if h.err != nil {
-			return fmt.Errorf("%s: jaild exited with %v:\n%s", h.name, h.err, h.log.tail(4000))
-		}
-		return nil
-	case <-time.After(limit):
-		h.kill()
-		return fmt.Errorf("%s: jaild did not exit within %v:\n%s", h.name, limit, h.log.tail(4000))
-	}
+	return nil
 }
 
 // cleanup stops the daemon and removes its directory, unless something
@@ -254,7 +154,7 @@ func (h *fleetHost) cleanup(t *testing.T) {
 		t.Error(err)
 	}
 	if t.Failed() {
-		t.Logf("%s's log:\n%s", h.name, h.log.tail(8000))
+		t.Logf("%s's log:\n%s", h.name, h.d.Log.Tail(8000))
 	}
 	if h.cg != nil && len(h.jailsLeft()) > 0 {
 		// Killed and not restarted (the test failed in between): a start
@@ -263,9 +163,7 @@ func (h *fleetHost) cleanup(t *testing.T) {
 			_ = h.stop()
 		}
 	}
-	if len(mountsUnder("self", h.d.dir)) == 0 {
-		os.RemoveAll(h.d.dir)
-	}
+	_ = h.d.Remove() // unless something is still mounted beneath it
 }
 
 func (h *fleetHost) removeNetwork() {
@@ -277,7 +175,7 @@ func (h *fleetHost) removeNetwork() {
 // its socket.
 func (h *fleetHost) runs(t *testing.T) float64 {
 	t.Helper()
-	return okRuns(scrapeURL(t, h.d.client, "http://jaild/metrics"))
+	return okRuns(scrapeURL(t, h.d.Client, "http://jaild/metrics"))
 }
 
 func okRuns(s metricstest.Samples) float64 {
@@ -302,7 +200,7 @@ func (h *fleetHost) markedJail(pids int) (string, []string) {
 		// a daemon killed between the two leaves a run directory and
 		// cgroups, but no jail for the sweep to destroy).
 		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if _, err := os.Stat(filepath.Join(h.d.dir, "run", "state", e.Name(), "state.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(h.d.Dir, "run", "state", e.Name(), "state.json")); err != nil {
 			continue
 		}
 		if f := strings.Fields(string(procs)); len(f) > 0 {
@@ -326,21 +224,6 @@ func (h *fleetHost) jailsLeft() []string {
 	return out
 }
 
-// mountsUnder lists the mount points beneath dir in process pid's
-// ("self" for the test's) mount namespace.
-func mountsUnder(pid, dir string) []string {
-	b, _ := os.ReadFile("/proc/" + pid + "/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			if p := unescapeMount(f[4]); strings.HasPrefix(p, dir+"/") {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
 // fleetJailPids lists host processes with a uid in the fleet's jail
 // ranges.
 func fleetJailPids() []string {
@@ -358,7 +241,7 @@ func fleetJailPids() []string {
 // end to end between the clients and the daemons.
 type haproxy struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *daemontest.Log
 	stats  string // its admin socket
 	exited chan struct{}
 }
@@ -414,7 +297,7 @@ func startHAProxy(t *testing.T, bin, dir, cfg string) *haproxy {
 	if out, err := exec.Command(bin, "-c", "-f", cfgFile).CombinedOutput(); err != nil {
 		t.Fatalf("haproxy -c -f %s: %v\n%s\n%s", cfgFile, err, out, cfg)
 	}
-	hp := &haproxy{log: &syncBuffer{}, stats: filepath.Join(dir, "admin.sock"), exited: make(chan struct{})}
+	hp := &haproxy{log: &daemontest.Log{}, stats: filepath.Join(dir, "admin.sock"), exited: make(chan struct{})}
 	hp.cmd = exec.Command(bin, "-db", "-f", cfgFile)
 	hp.cmd.Stdout, hp.cmd.Stderr = hp.log, hp.log
 	if err := hp.cmd.Start(); err != nil {
@@ -427,7 +310,7 @@ func startHAProxy(t *testing.T, bin, dir, cfg string) *haproxy {
 	t.Cleanup(func() {
 		hp.stop()
 		if t.Failed() {
-			t.Logf("haproxy's log:\n%s", hp.log.tail(8000))
+			t.Logf("haproxy's log:\n%s", hp.log.Tail(8000))
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -436,11 +319,11 @@ func startHAProxy(t *testing.T, bin, dir, cfg string) *haproxy {
 		}
 		select {
 		case <-hp.exited:
-			t.Fatalf("haproxy exited (%v):\n%s", hp.cmd.ProcessState, hp.log.tail(4000))
+			t.Fatalf("haproxy exited (%v):\n%s", hp.cmd.ProcessState, hp.log.Tail(4000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("haproxy's admin socket did not answer:\n%s", hp.log.tail(4000))
+			t.Fatalf("haproxy's admin socket did not answer:\n%s", hp.log.Tail(4000))
 		}
 	}
 }
@@ -502,7 +385,7 @@ func (hp *haproxy) server(t *testing.T, name string) map[string]string {
 	t.Helper()
 	s, err := hp.servers()
 	if err != nil {
-		t.Fatalf("haproxy's stats: %v\n%s", err, hp.log.tail(4000))
+		t.Fatalf("haproxy's stats: %v\n%s", err, hp.log.Tail(4000))
 	}
 	if s[name] == nil {
 		t.Fatalf("haproxy's stats have no server %s: %v", name, s)
@@ -755,7 +638,7 @@ func TestFleet(t *testing.T) {
 		killedJail, killedProcs = h0.markedJail(fleetKilledPids)
 		return killedJail != ""
 	})
-	h0.kill()
+	h0.d.Kill()
 	if r := <-killed; r.err == nil {
 		t.Errorf("the run on the killed host 0 was answered: %+v", r.res)
 	} else if errors.As(r.err, new(*client.Error)) {
@@ -772,7 +655,7 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("the SIGKILL left no cgroup of jail %s: nothing for the sweep to prove", killedJail)
 	}
 	leftProcs := fleetJailPidsOf(h0.base)
-	leftMounts := mountsUnder("self", h0.d.dir)
+	leftMounts := daemontest.MountsUnder("self", h0.d.Dir)
 	t.Logf("host 0 killed with jail %s in flight: left %d jails (%d cgroups), %d jail processes, %d mounts beneath its directory",
 		killedJail, len(leftIDs), len(leftCgroups), len(leftProcs), len(leftMounts))
 	hp.waitState(t, h0.name, "DOWN")
@@ -786,7 +669,7 @@ func TestFleet(t *testing.T) {
 		id, _ := h1.markedJail(fleetDrainedPids)
 		return id != ""
 	})
-	if err := h1.d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := h1.d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	var rd api.Ready
@@ -814,7 +697,7 @@ func TestFleet(t *testing.T) {
 	if r := <-drained; r.err != nil || r.res.Status != "ok" || r.res.Stdout != "drained\n" {
 		t.Errorf("host 1's run in flight during its drain: %+v, %v", r.res, r.err)
 	}
-	if err := h1.wait(60 * time.Second); err != nil {
+	if err := h1.d.Wait(60 * time.Second); err != nil {
 		t.Error(err)
 	}
 	load.waitProgress(t, 2*fleetWorkers, "clients to be answered with host 1 stopped")
@@ -839,10 +722,10 @@ func TestFleet(t *testing.T) {
 	// The host's mount table, and the daemon's (on cgroup v2 it has a
 	// mount namespace of its own): no mount of a left jail, and none
 	// twice (the new rootfs mount over the old one).
-	for _, pid := range []string{"self", strconv.Itoa(h0.d.cmd.Process.Pid)} {
+	for _, pid := range []string{"self", strconv.Itoa(h0.d.Cmd.Process.Pid)} {
 		seen := map[string]bool{}
-		for _, m := range mountsUnder(pid, h0.d.dir) {
-			rel, _ := filepath.Rel(h0.d.dir, m)
+		for _, m := range daemontest.MountsUnder(pid, h0.d.Dir) {
+			rel, _ := filepath.Rel(h0.d.Dir, m)
 			id, _, _ := strings.Cut(strings.TrimPrefix(rel, "run/runs/"), "/")
 			if seen[m] || (strings.HasPrefix(rel, "run/runs/") && leftIDs[id]) {
 				t.Errorf("after host 0's restart a mount the killed daemon left is still there: %s (in %s's mount table)", m, pid)
@@ -852,16 +735,16 @@ func TestFleet(t *testing.T) {
 	}
 	for id := range leftIDs {
 		for _, sub := range []string{"runs", "state"} {
-			if _, err := os.Lstat(filepath.Join(h0.d.dir, "run", sub, id)); err == nil {
+			if _, err := os.Lstat(filepath.Join(h0.d.Dir, "run", sub, id)); err == nil {
 				t.Errorf("after host 0's restart the killed daemon's run/%s/%s is still there", sub, id)
 			}
 		}
 	}
-	metrics0 := scrapeURL(t, h0.d.client, "http://jaild/metrics")
+	metrics0 := scrapeURL(t, h0.d.Client, "http://jaild/metrics")
 	if n := metrics0[metricstest.Key("jaild_sweep_jails_total")]; n < 1 || n > float64(len(leftIDs)) {
 		t.Errorf("host 0's restart swept %v jails, want 1 to %d (the marked one at least)", n, len(leftIDs))
 	}
-	if !strings.Contains(h0.log.String(), `"msg":"sweep: destroyed a jail left by a predecessor","id":"`+killedJail+`"`) {
+	if !strings.Contains(h0.d.Log.String(), `"msg":"sweep: destroyed a jail left by a predecessor","id":"`+killedJail+`"`) {
 		t.Errorf("host 0's restart did not log the sweep of jail %s", killedJail)
 	}
 	before0 := okRuns(metrics0)
@@ -898,10 +781,10 @@ func TestFleet(t *testing.T) {
 		left = fleetJailPids()
 		for _, h := range hosts {
 			left = append(left, h.jailsLeft()...)
-			left = append(left, mountsUnder("self", h.d.dir)...)
+			left = append(left, daemontest.MountsUnder("self", h.d.Dir)...)
 			for _, sub := range []string{"runs", "state"} {
-				for _, n := range dirNames(filepath.Join(h.d.dir, "run", sub)) {
-					left = append(left, filepath.Join(h.d.dir, "run", sub, n))
+				for _, n := range dirNames(filepath.Join(h.d.Dir, "run", sub)) {
+					left = append(left, filepath.Join(h.d.Dir, "run", sub, n))
 				}
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // rawExchange writes req on a fresh connection and reads until the daemon
@@ -31,7 +32,7 @@ import (
 // line ("" if the daemon closed without one) and how long that took.
 func (h *hostile) rawExchange(t *testing.T, req string, limit time.Duration) (status string, body string, took time.Duration) {
 	t.Helper()
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,16 +249,13 @@ func daemonCases() []hcase {
 		{id: "H06a", cat: catDaemon, title: "an unprivileged uid connects to a socket with the default-like mode 0600",
 			expect: "EACCES from the socket's permissions",
 			run: func(t *testing.T, h *hostile) string {
-				d, err := startTunedDaemon("socket_mode = \"0600\"\n", 0, nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0600\"\n"})
 				defer func() {
-					if err := d.stop(); err != nil {
+					if err := d.Stop(); err != nil {
 						t.Error(err)
 					}
 				}()
-				cmd, line := holdConns(t, d.socket, 1, 0)
+				cmd, line := holdConns(t, d.Socket, 1, 0)
 				cmd.Wait()
 				if !strings.Contains(line, "permission denied") {
 					t.Errorf("uid 65534 on a 0600 socket: %q", line)
@@ -267,16 +265,16 @@ func daemonCases() []hcase {
 		{id: "H06b", cat: catDaemon, title: "an unprivileged uid on an open socket",
 			expect: "SO_PEERCRED identifies it as uid 65534, not an admin: the callers' maxima apply (a higher limit is refused), and its quota is reported",
 			run: func(t *testing.T, h *hostile) string {
-				status, _, body := curlAs(t, h.d.socket, "GET", "/v1/info", "")
+				status, _, body := curlAs(t, h.d.Socket, "GET", "/v1/info", "")
 				var info api.Info
 				if err := json.Unmarshal(body, &info); err != nil || status != 200 || info.Caller.UID != 65534 || info.Caller.Admin {
 					t.Errorf("info as uid 65534: HTTP %d caller %+v (%v)", status, info.Caller, err)
 				}
-				status, _, body = curlAs(t, h.d.socket, "POST", "/v1/execute", `{"code":"print(1)","limits":{"memory_mb":4096}}`)
+				status, _, body = curlAs(t, h.d.Socket, "POST", "/v1/execute", `{"code":"print(1)","limits":{"memory_mb":4096}}`)
 				if status != 400 || !strings.Contains(string(body), "above the maximum of 2048") {
 					t.Errorf("memory_mb 4096 as uid 65534: HTTP %d %s", status, body)
 				}
-				status, hdr, body := curlAs(t, h.d.socket, "POST", "/v1/execute", `{"code":"print(1)"}`)
+				status, hdr, body := curlAs(t, h.d.Socket, "POST", "/v1/execute", `{"code":"print(1)"}`)
 				var r api.ExecuteResponse
 				json.Unmarshal(body, &r)
 				h.noteRun(r.RunID)
@@ -313,7 +311,7 @@ func daemonCases() []hcase {
 			expect: "the daemon keeps serving and its fds return to the baseline",
 			run: func(t *testing.T, h *hostile) string {
 				for range 2000 {
-					c, err := net.Dial("unix", h.d.socket)
+					c, err := net.Dial("unix", h.d.Socket)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -350,21 +348,30 @@ func daemonCases() []hcase {
 	return cases
 }
 
-// runGlobBomb runs against a daemon of its own: if matching backtracks
-// without bound, that daemon is pinned, so it is killed and swept after.
-func runGlobBomb(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+// caseDaemon starts a daemon of a case's own, whose jails the leak checks
+// take for the case's while it runs (h.extraParents); end, which the case
+// defers, forgets them and stops the daemon if the case has not.
+func (h *hostile) caseDaemon(t *testing.T) (d *daemon, cg *jailCgroups, end func()) {
+	t.Helper()
+	d = startDaemon(t, daemontest.Options{})
 	cg, err := cgroupsOf(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
+	return d, cg, func() {
+		h.extraParents = nil
+		_ = d.Stop() // a no-op after the case's own Stop, whose error it checked
+	}
+}
+
+// runGlobBomb runs against a daemon of its own: if matching backtracks
+// without bound, that daemon is pinned, so it is killed and swept after.
+func runGlobBomb(t *testing.T, h *hostile) string {
+	d, _, end := h.caseDaemon(t)
+	defer end()
 	pattern := strings.Repeat("**/", 31) + "nomatch"
-	body, _ := json.Marshal(map[string]any{"code": "import os\nos.makedirs('a/' * 12)\nopen('a/' * 12 + 'f', 'w').close()", "return_files": []string{pattern}})
+	body, _ := json.Marshal(api.ExecuteRequest{Code: "import os\nos.makedirs('a/' * 12)\nopen('a/' * 12 + 'f', 'w').close()", ReturnFiles: []string{pattern}})
 	client := burstClient(d)
 	client.Timeout = 30 * time.Second
 	start := time.Now()
@@ -375,7 +382,7 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 		obs = fmt.Sprintf("HTTP %d within 30 s", resp.StatusCode)
 	} else {
 		cpu := func() int64 {
-			f := strings.Fields(string(must(os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid)))))
+			f := strings.Fields(string(must(os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.Cmd.Process.Pid)))))
 			u, _ := strconv.ParseInt(f[13], 10, 64)
 			s, _ := strconv.ParseInt(f[14], 10, 64)
 			return u + s
@@ -387,12 +394,11 @@ func runGlobBomb(t *testing.T, h *hostile) string {
 		obs = "no response within 30 s, and the daemon keeps a core busy matching one file name against the pattern (exponential backtracking over **)"
 	}
 	// Kill it (a pinned daemon would never stop), restart to sweep, stop.
-	d.cmd.Process.Kill()
-	d.cmd.Wait()
-	if err := d.launch(nil); err != nil {
+	d.Kill()
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	return obs
@@ -412,7 +418,7 @@ func envVars(n int) string {
 func burstClient(d *daemon) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
 		},
 		MaxIdleConnsPerHost: 1,
 	}}
@@ -424,7 +430,7 @@ func runSlowloris(t *testing.T, h *hostile) string {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range n {
-		c, err := net.Dial("unix", h.d.socket)
+		c, err := net.Dial("unix", h.d.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +472,7 @@ func runSlowloris(t *testing.T, h *hostile) string {
 }
 
 func runConnSlots(t *testing.T, h *hostile) string {
-	cmd, line := holdConns(t, h.d.socket, 1100, 15*time.Second)
+	cmd, line := holdConns(t, h.d.Socket, 1100, 15*time.Second)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	if line != "held 1100" {
 		t.Fatalf("helper: %q", line)
@@ -487,7 +493,7 @@ func runConnSlots(t *testing.T, h *hostile) string {
 }
 
 func runHugeBody(t *testing.T, h *hostile) string {
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +531,7 @@ func runHugeBody(t *testing.T, h *hostile) string {
 // stalledBody sends a request whose body never completes and checks that
 // the daemon gives up at its read deadline while serving others.
 func (h *hostile) stalledBody(t *testing.T, head, trickle string) string {
-	c, err := net.Dial("unix", h.d.socket)
+	c, err := net.Dial("unix", h.d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,24 +662,40 @@ func runDisconnect(t *testing.T, h *hostile) string {
 	return "the run's processes are gone within 2.5 s of the disconnect"
 }
 
-func runCrashRestart(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.stop()
+// sweepLeft names something a restarted daemon's sweep has not removed
+// yet: a live cgroup of one of cgIDs, a run or state directory or a mount
+// of one of dirIDs, or a jail process outside the live jails' cgroups;
+// "" when nothing is left.
+func (h *hostile) sweepLeft(d *daemon, cg *jailCgroups, cgIDs, dirIDs []string) string {
+	why := ""
+	live := cg.live()
+	for _, id := range cgIDs {
+		if live[id] {
+			why = "cgroup " + id
 		}
-	}()
-	cg, err := cgroupsOf(d)
-	if err != nil {
-		t.Fatal(err)
 	}
-	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
-	runs := filepath.Join(d.dir, "run", "runs")
+	for _, id := range dirIDs {
+		for _, sub := range []string{"runs", "state"} {
+			if _, err := os.Lstat(filepath.Join(d.Dir, "run", sub, id)); err == nil {
+				why = sub + "/" + id
+			}
+		}
+		for _, m := range mountinfo() {
+			if strings.Contains(m.point, id) {
+				why = "mount " + m.point
+			}
+		}
+	}
+	if bad := h.jailProcsOutside(); len(bad) > 0 {
+		why = strings.Join(bad, "; ")
+	}
+	return why
+}
+
+func runCrashRestart(t *testing.T, h *hostile) string {
+	d, cg, end := h.caseDaemon(t)
+	defer end()
+	runs := filepath.Join(d.Dir, "run", "runs")
 	for i := range 3 {
 		go func() {
 			body := fmt.Sprintf(`{"code":"open('m%d', 'w').close()\nimport time\ntime.sleep(120)","limits":{"timeout_ms":120000},"files":[{"path":"in/data.txt","content_b64":"aGVsbG8="}]}`, i)
@@ -688,48 +710,26 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 	})
 	old := cg.live()
 	oldDirs := dirNames(runs)
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
+	<-d.Exited()
 	if len(dirNames(runs)) == 0 || len(jailPids()) == 0 {
 		t.Fatalf("after kill -9 the runs should be orphaned")
 	}
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	var why string
 	waitFor(t, 60*time.Second, "the sweep", func() bool {
-		why = ""
-		live := cg.live()
-		for id := range old {
-			if live[id] {
-				why = "cgroup " + id
-			}
-		}
-		for _, id := range oldDirs {
-			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.dir, "run", sub, id)); err == nil {
-					why = sub + "/" + id
-				}
-			}
-			for _, m := range mountinfo() {
-				if strings.Contains(m.point, id) {
-					why = "mount " + m.point
-				}
-			}
-		}
-		if bad := h.jailProcsOutside(); len(bad) > 0 {
-			why = strings.Join(bad, "; ")
-		}
+		why = h.sweepLeft(d, cg, sortedKeys(old), oldDirs)
 		return why == ""
 	})
 	var r api.ExecuteResponse
 	if status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r); status != 200 || r.Stdout != "1\n" {
 		t.Errorf("after restart: HTTP %d %+v", status, r)
 	}
-	stopped = true
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	obs := fmt.Sprintf("%d orphaned jails swept at restart (processes, cgroups, mounts, state, run dirs); print(1) served", len(old))
@@ -742,7 +742,7 @@ func runCrashRestart(t *testing.T, h *hostile) string {
 		}
 	}
 	for _, m := range mountinfo() {
-		if strings.HasPrefix(m.point, d.dir) {
+		if strings.HasPrefix(m.point, d.Dir) {
 			t.Errorf("mount %s left after a clean stop", m.point)
 			left = append(left, "mount "+m.point)
 		}
@@ -757,8 +757,7 @@ func runHostileRuffConfig(t *testing.T, h *hostile) string {
 	const code = "import os\n\n\ndef f():\n    return 1\n"
 	hostile := "line-length = 10\nextend = \"/etc/passwd\"\n[lint]\nselect = [\"E501\"]\n"
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-	r := h.exec(t, map[string]any{
-		"code": `import os, subprocess
+	r := h.exec(t, api.ExecuteRequest{Code: `import os, subprocess
 os.makedirs('/tmp/.config/ruff', exist_ok=True)
 open('/tmp/.config/ruff/ruff.toml', 'w').write(open('ruff.toml').read())
 def ruff(*args):
@@ -767,15 +766,7 @@ def ruff(*args):
     return p.stdout + p.stderr
 print('PLAIN', ruff())
 print('ISOLATED', ruff('--isolated', '--select', 'ALL'))
-`,
-		"files": []map[string]string{
-			{"path": "main.py", "content_b64": b64(code)},
-			{"path": "pyproject.toml", "content_b64": b64("[tool.ruff]\n" + strings.ReplaceAll(hostile, "[lint]", "[tool.ruff.lint]"))},
-			{"path": "ruff.toml", "content_b64": b64(hostile)},
-			{"path": ".ruff.toml", "content_b64": b64(hostile)},
-		},
-		"limits": map[string]any{"timeout_ms": 30000},
-	})
+`, Files: []api.FileIn{{Path: "main.py", ContentB64: b64(code)}, {Path: "pyproject.toml", ContentB64: b64("[tool.ruff]\n" + strings.ReplaceAll(hostile, "[lint]", "[tool.ruff.lint]"))}, {Path: "ruff.toml", ContentB64: b64(hostile)}, {Path: ".ruff.toml", ContentB64: b64(hostile)}}, Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 	wantStatus(t, r, "ok")
 	plain, isolated, _ := strings.Cut(r.Stdout, "ISOLATED")
 	if strings.Contains(isolated, "E501") || !strings.Contains(isolated, "F401") {
@@ -785,7 +776,7 @@ print('ISOLATED', ruff('--isolated', '--select', 'ALL'))
 		t.Errorf("control: plain ruff did not read the hostile configuration:\n%s", plain)
 	}
 	var lr api.LintResponse
-	if status, _ := h.d.call(t, "POST", "/v1/lint", map[string]any{"code": code}, &lr); status != 200 {
+	if status, _ := h.d.call(t, "POST", "/v1/lint", api.LintRequest{Code: code}, &lr); status != 200 {
 		t.Fatalf("lint: HTTP %d", status)
 	}
 	var codes []string
@@ -877,23 +868,23 @@ func tinyImage(t *testing.T, dir, id string) string {
 // A daemon that serves is stopped at once.
 func startOnImage(t *testing.T, image string) (log string, served bool, mounts []string) {
 	t.Helper()
-	d, err := newTunedDaemon("", 0, func(cfg string) string {
+	d, err := prepareDaemon(daemontest.Options{Tune: func(cfg string) string {
 		return strings.Replace(cfg, fmt.Sprintf("image = %q", imageDir), fmt.Sprintf("image = %q", image), 1)
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(d.dir)
-	if err := d.launch(nil); err == nil {
+	defer os.RemoveAll(d.Dir)
+	if err := d.Start(); err == nil {
 		served = true
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 	}
 	for _, m := range mountinfo() {
-		if strings.HasPrefix(m.point, d.dir+"/") {
+		if strings.HasPrefix(m.point, d.Dir+"/") {
 			mounts = append(mounts, m.point)
 		}
 	}
-	return d.log.String(), served, mounts
+	return d.Log.String(), served, mounts
 }

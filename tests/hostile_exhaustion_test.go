@@ -64,7 +64,7 @@ func exhaustionCases() []hcase {
 			run: func(t *testing.T, h *hostile) string {
 				stop := make(chan struct{})
 				max := sampleMax(filepath.Join(h.cg.pids, "pids.current"), stop)
-				r := h.exec(t, map[string]any{"code": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n", "limits": map[string]any{"timeout_ms": 3000}})
+				r := h.exec(t, api.ExecuteRequest{Code: "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n", Limits: &api.Limits{TimeoutMs: ptr(int64(3000))}})
 				close(stop)
 				obs := timedOut(t, r, 3000)
 				// 64 for the run, plus the pool's jails (a runner and its BLAS
@@ -89,12 +89,12 @@ func exhaustionCases() []hcase {
 		{id: "E03", cat: catExhaust, title: "heap bomb (memory_mb 256)",
 			expect: "MemoryError, or oom_killed with signal 9; the host is untouched",
 			code:   "x = []\nwhile True: x.append(bytearray(50 << 20))\n",
-			req:    map[string]any{"limits": map[string]any{"memory_mb": 256}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{MemoryMB: ptr(int64(256))}},
 			check:  func(t *testing.T, r *api.ExecuteResponse) string { return oomKilled(t, r) }},
 		{id: "E04", cat: catExhaust, title: "a 1 TiB mmap, then touching 8 GiB (memory_mb 256)",
 			expect: "ENOMEM for the 1 TiB map (RLIMIT_AS), then an OOM kill while touching",
 			code:   "import mmap\ntry: big = mmap.mmap(-1, 1 << 40); print('mapped 1 TiB')\nexcept OSError as e: print('mmap', e.errno, flush=True)\nm = mmap.mmap(-1, 8 << 30)\nfor i in range(0, len(m), 4096): m[i] = 1\n",
-			req:    map[string]any{"limits": map[string]any{"memory_mb": 256}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{MemoryMB: ptr(int64(256))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				if r.Stdout != "mmap 12\n" {
 					t.Errorf("stdout %q, want mmap 12 (ENOMEM)", r.Stdout)
@@ -114,7 +114,7 @@ func exhaustionCases() []hcase {
 		{id: "E05b", cat: catExhaust, title: "numpy allocation just above memory.max, below RLIMIT_AS (memory_mb 256)",
 			expect: "oom_killed with signal 9 (not a MemoryError: the address space limit is not the memory limit)",
 			code:   "import numpy as np\na = np.ones((300 << 20) // 8)\n",
-			req:    map[string]any{"limits": map[string]any{"memory_mb": 256}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{MemoryMB: ptr(int64(256))}},
 			check:  func(t *testing.T, r *api.ExecuteResponse) string { return oomKilled(t, r) }},
 		{id: "E06", cat: catExhaust, title: "fill /dev/shm",
 			expect: "ENOSPC at the 64 MiB /dev/shm size; the memory is freed after the run",
@@ -153,7 +153,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E08", cat: catExhaust, title: "write past RLIMIT_FSIZE (file_size_mb 8)",
 			expect: "OSError [Errno 27] File too large, not a silent SIGXFSZ death",
 			code:   "with open('f', 'wb') as f: f.write(b'x' * (16 << 20))\n",
-			req:    map[string]any{"limits": map[string]any{"file_size_mb": 8}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{FileSizeMB: ptr(int64(8))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "error")
 				if !strings.Contains(r.Message, "[Errno 27] File too large") || r.Signal != nil {
@@ -164,7 +164,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E09", cat: catExhaust, title: "write past RLIMIT_FSIZE with SIGXFSZ restored to its default action",
 			expect: "the process dies by SIGXFSZ and the response says so (status killed, signal 25)",
 			code:   "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\nwith open('f', 'wb') as f: f.write(b'x' * (16 << 20))\n",
-			req:    map[string]any{"limits": map[string]any{"file_size_mb": 8}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{FileSizeMB: ptr(int64(8))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "killed")
 				if r.Signal == nil || *r.Signal != 25 || r.ExitCode != nil {
@@ -175,7 +175,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E10", cat: catExhaust, title: "CPU spin ignoring SIGTERM, SIGXCPU and SIGINT (timeout 2 s)",
 			expect: "killed by SIGKILL at the wall limit, timed_out, CPU time close to the limit",
 			code:   "import signal\nfor s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\nwhile True: pass\n",
-			req:    map[string]any{"limits": map[string]any{"timeout_ms": 2000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(2000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				obs := timedOut(t, r, 2000)
 				// Generous: the host is shared, and the warm pool refills on
@@ -188,7 +188,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E10b", cat: catExhaust, title: "CPU spin in four processes ignoring the soft-limit signals (timeout 2 s)",
 			expect: "killed at the wall limit; CPU time at most the cores times the wall time",
 			code:   "import os, signal\nfor s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\nfor _ in range(3):\n    if os.fork() == 0: break\nwhile True: pass\n",
-			req:    map[string]any{"limits": map[string]any{"timeout_ms": 2000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(2000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				obs := timedOut(t, r, 2000)
 				if max := int64(8) * r.Usage.DurationMs; r.Usage.CPUMs > max+1000 {
@@ -199,7 +199,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E11", cat: catExhaust, title: "sleep forever (timeout 1 s)",
 			expect: "killed at the wall limit, timed_out, CPU time ≈ 0",
 			code:   "import time; time.sleep(10**6)\n",
-			req:    map[string]any{"limits": map[string]any{"timeout_ms": 1000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(1000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				obs := timedOut(t, r, 1000)
 				if r.Usage.CPUMs > 500 {
@@ -222,9 +222,8 @@ except OSError as e: print('inodes', e.errno)
 			expect: "wait status 6 (SIGABRT without the core-dump bit); no core file anywhere; the recursion ends in RecursionError, MemoryError, an OOM kill or SIGSEGV, and the daemon says which",
 			run: func(t *testing.T, h *hostile) string {
 				coredumps := dirNames("/var/lib/systemd/coredump")
-				r := h.exec(t, map[string]any{"code": "import os, sys\npid = os.fork()\nif pid == 0: os.abort()\nprint('child wait status', os.waitpid(pid, 0)[1], flush=True)\n" +
-					"sys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)\n",
-					"return_files": []string{"**/core*"}, "limits": map[string]any{"memory_mb": 256, "timeout_ms": 30000}})
+				r := h.exec(t, api.ExecuteRequest{Code: "import os, sys\npid = os.fork()\nif pid == 0: os.abort()\nprint('child wait status', os.waitpid(pid, 0)[1], flush=True)\n" +
+					"sys.setrecursionlimit(10**8)\ndef f(n): return f(n + 1)\nf(0)\n", ReturnFiles: []string{"**/core*"}, Limits: &api.Limits{MemoryMB: ptr(int64(256)), TimeoutMs: ptr(int64(30000))}})
 				if !strings.HasPrefix(r.Stdout, "child wait status 6\n") {
 					t.Errorf("stdout %q, want wait status 6", r.Stdout)
 				}
@@ -271,7 +270,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E16", cat: catExhaust, title: "binary flood without newlines (output_bytes 100000)",
 			expect: "killed at the cap (output_limit, stdout_truncated); the bytes kept come back as valid JSON text",
 			code:   "import os\nwhile True: os.write(1, os.urandom(65536))\n",
-			req:    map[string]any{"limits": map[string]any{"output_bytes": 100000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{OutputBytes: ptr(int64(100000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "output_limit")
 				if !r.StdoutTruncated || !strings.HasPrefix(r.Message, "Output limit of 100000 bytes exceeded") || len(r.Stdout) > 3*100000 {
@@ -282,7 +281,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E17", cat: catExhaust, title: "stderr flood with a silent stdout (output_bytes 50000)",
 			expect: "output_limit with stderr_truncated; stdout empty",
 			code:   "import os\nwhile True: os.write(2, b'\\xff' * 4096)\n",
-			req:    map[string]any{"limits": map[string]any{"output_bytes": 50000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{OutputBytes: ptr(int64(50000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "output_limit")
 				if !r.StderrTruncated || r.StdoutTruncated || r.Stdout != "" {
@@ -330,7 +329,7 @@ except OSError as e: print('inodes', e.errno)
 				}()
 				// kill(-1) spares the caller and the pid namespace's init: with
 				// nothing else in the jail, nothing is signalled (ESRCH).
-				r := h.exec(t, map[string]any{"code": "import os, signal\ntry: os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError: print('ESRCH')\nprint('alive')\n"})
+				r := h.exec(t, api.ExecuteRequest{Code: "import os, signal\ntry: os.kill(-1, signal.SIGKILL)\nexcept ProcessLookupError: print('ESRCH')\nprint('alive')\n"})
 				wantStatus(t, r, "ok")
 				if r.Stdout != "ESRCH\nalive\n" {
 					t.Errorf("stdout %q", r.Stdout)
@@ -375,7 +374,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E21b", cat: catExhaust, title: "read 300,000 bytes of stdin",
 			expect: "prints 300000",
 			code:   "import sys; d = sys.stdin.buffer.read(); print(len(d))\n",
-			req:    map[string]any{"stdin": strings.Repeat("z", 300000)},
+			req:    api.ExecuteRequest{Stdin: ptr(strings.Repeat("z", 300000))},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				if r.Stdout != "300000\n" {
@@ -386,7 +385,7 @@ except OSError as e: print('inodes', e.errno)
 		{id: "E22", cat: catExhaust, title: "close stdin, stdout and stderr, then sleep an hour (timeout 1.5 s)",
 			expect: "the response still arrives at the wall limit (closed pipes do not end or hang the run)",
 			code:   "import os, time\nos.close(0); os.close(1); os.close(2)\ntime.sleep(3600)\n",
-			req:    map[string]any{"limits": map[string]any{"timeout_ms": 1500}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(1500))}},
 			check:  func(t *testing.T, r *api.ExecuteResponse) string { return timedOut(t, r, 1500) }},
 		{id: "E23", cat: catExhaust, title: "close stdout and stderr, write to them, exit",
 			expect: "a prompt, well-formed response with the process's exit status",
@@ -418,12 +417,12 @@ print(sid >= 0, addr not in (None, 2**64 - 1))
 		{id: "E25", cat: catExhaust, title: "memfd flood (memory_mb 128)",
 			expect: "memfd pages are charged to the jail: an OOM kill, and the memory is freed",
 			code:   "import os\nfds = []\nwhile True:\n    fd = os.memfd_create('x'); fds.append(fd)\n    for _ in range(32): os.write(fd, b'\\1' * (1 << 20))\n",
-			req:    map[string]any{"limits": map[string]any{"memory_mb": 128}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{MemoryMB: ptr(int64(128))}},
 			check:  func(t *testing.T, r *api.ExecuteResponse) string { return oomKilled(t, r) }},
 		{id: "E26", cat: catExhaust, title: "one run takes every per-user kernel resource it can (pipe buffer pages, inotify instances), while another run starts (two concurrent runs)",
 			expect: "the other run is unaffected: its pipes keep their 64 KiB default and can grow to 1 MiB, and it gets an inotify instance (unless inotify is denied to every run); per-user kernel limits must not be shared between jails",
 			run: func(t *testing.T, h *hostile) string {
-				hog := h.execAsync(t, map[string]any{"code": `import ctypes, errno, fcntl, json, os, time
+				hog := h.execAsync(t, api.ExecuteRequest{Code: `import ctypes, errno, fcntl, json, os, time
 L = ctypes.CDLL(None, use_errno=True)
 n = 0
 while L.inotify_init() >= 0: n += 1
@@ -437,7 +436,7 @@ print(json.dumps({'inotify': n, 'inotify_errno': inotify, 'pipes of 1 MiB': len(
 open('held', 'w').close()
 time.sleep(5)`})
 				h.waitMarker(t, "held")
-				r := h.exec(t, map[string]any{"code": `import ctypes, errno, fcntl, json, os
+				r := h.exec(t, api.ExecuteRequest{Code: `import ctypes, errno, fcntl, json, os
 L = ctypes.CDLL(None, use_errno=True)
 res = {'inotify': 'ok' if L.inotify_init() >= 0 else errno.errorcode.get(ctypes.get_errno())}
 r, w = os.pipe()
@@ -469,7 +468,7 @@ print(json.dumps(res))`})
 		{id: "E27", cat: catExhaust, title: "40 matplotlib figures",
 			expect: "16 figures are returned, and stderr says the rest were not saved",
 			code:   "import matplotlib.pyplot as plt\nfor i in range(40):\n    plt.figure(); plt.plot([i, i + 1])\nplt.show()\n",
-			req:    map[string]any{"limits": map[string]any{"timeout_ms": 60000}},
+			req:    api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(60000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				if len(r.Figures) != 16 || !strings.Contains(r.Stderr, "figure limit (16) reached") {

@@ -65,7 +65,7 @@ func fileCases() []hcase {
 		{id: "A01", cat: catFiles, title: "symlinks to a host secret and to /proc/self/environ among the returned files",
 			expect: "neither is returned with content; both are reported as skipped symlinks (resolved on the host, /proc/self would be the daemon's)",
 			code:   "import os; os.makedirs('out', exist_ok=True)\nos.symlink('/etc/shadow', 'out/shadow.txt'); os.symlink('/proc/self/environ', 'out/env.txt')\n",
-			req:    map[string]any{"return_files": []string{"out/*"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"out/*"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				return skipped(t, r, "symlink", "out/env.txt", "out/shadow.txt")
@@ -73,7 +73,7 @@ func fileCases() []hcase {
 		{id: "A02", cat: catFiles, title: "relative escape and a symlink to / among the returned files",
 			expect: "no host content, and the daemon does not traverse out/root",
 			code:   "import os; os.makedirs('out/d', exist_ok=True)\nos.symlink('../../../../../../etc/passwd', 'out/d/p'); os.symlink('/', 'out/root')\n",
-			req:    map[string]any{"return_files": []string{"out/**"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"out/**"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				for _, f := range r.Files {
@@ -97,7 +97,7 @@ func fileCases() []hcase {
 			expect: "mknod fails with EPERM; the daemon does not block on the FIFO, skips what is not a regular file, and answers promptly",
 			code: "import os, socket, stat; os.makedirs('out', exist_ok=True)\nos.mkfifo('out/fifo'); socket.socket(socket.AF_UNIX).bind('out/sock')\n" +
 				"try: os.mknod('out/null', stat.S_IFCHR | 0o666, os.makedev(1, 3))\nexcept OSError as e: print('mknod', e.errno)\n",
-			req: map[string]any{"return_files": []string{"out/*"}},
+			req: api.ExecuteRequest{ReturnFiles: []string{"out/*"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				if r.Stdout != "mknod 1\n" {
@@ -112,7 +112,7 @@ func fileCases() []hcase {
 			expect: "RLIMIT_FSIZE refuses even a sparse 1 TiB file (EFBIG); a sparse file is reported, never read",
 			code: "import json, os\nres = {}\nopen('huge.bin', 'w').close()\ntry: os.truncate('huge.bin', 1 << 40); res['1TiB'] = 'ok'\nexcept OSError as e: res['1TiB'] = e.errno\n" +
 				"open('sparse.bin', 'w').close(); os.truncate('sparse.bin', 8 << 20)\nprint(json.dumps(res))\n",
-			req: map[string]any{"return_files": []string{"sparse.bin"}},
+			req: api.ExecuteRequest{ReturnFiles: []string{"sparse.bin"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				got := outJSON(t, r)
@@ -121,7 +121,7 @@ func fileCases() []hcase {
 		{id: "A05b", cat: catFiles, title: "a 1000-deep directory tree with a matching file at the bottom",
 			expect: "the daemon answers promptly; the depth cap applies and a match beyond it is reported, not silently dropped",
 			code:   "import os\np = ''\nfor _ in range(1000):\n    p += 'a/'; os.mkdir(p)\nopen(p + 'f', 'w').write('deep')\nopen('a/a/a/f', 'w').write('shallow')\n",
-			req:    map[string]any{"return_files": []string{"**/f"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"**/f"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				m := filesByPath(r)
@@ -144,7 +144,7 @@ func fileCases() []hcase {
 		{id: "A05c", cat: catFiles, title: "100,000 files in the workspace, all requested back",
 			expect: "file creation stops at the workspace's inode cap (ENOSPC); at most 256 files are returned and the rest reported; the daemon stays responsive",
 			code:   "n = 0\nerr = None\nfor i in range(100_000):\n    try: open(f'f{i}', 'w').close(); n += 1\n    except OSError as e: err = e.errno; break\nprint(n, err)\n",
-			req:    map[string]any{"return_files": []string{"**"}, "limits": map[string]any{"timeout_ms": 60000}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"**"}, Limits: &api.Limits{TimeoutMs: ptr(int64(60000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				var n, errno int
@@ -168,7 +168,7 @@ func fileCases() []hcase {
 		{id: "A05d", cat: catFiles, title: "one file over 16 MiB and five of 15 MiB among the returned files",
 			expect: "the file over 16 MiB is reported, not read; the 64 MiB total cap stops the fifth 15 MiB file",
 			code:   "open('big.bin', 'wb').write(b'x' * (17 << 20))\nfor i in range(5): open(f'm{i}.bin', 'wb').write(b'y' * (15 << 20))\n",
-			req:    map[string]any{"return_files": []string{"*.bin"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"*.bin"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				m := filesByPath(r)
@@ -183,7 +183,7 @@ func fileCases() []hcase {
 			expect: "every name comes back as a well-formed JSON string (or the file is rejected); no decoding crash, no JSON or log injection",
 			code:   "for n in (b'\\xc3.txt', b'a\\nb.txt', b'-rf', b'x' * 255, b'..\\xe2\\x80\\xae.txt'):\n    open(n, 'wb').write(b'1')\n",
 			// "*" skips names that start with a dot, as a shell does.
-			req: map[string]any{"return_files": []string{"*", ".*"}},
+			req: api.ExecuteRequest{ReturnFiles: []string{"*", ".*"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				m := filesByPath(r)
@@ -210,7 +210,7 @@ func fileCases() []hcase {
 		{id: "A06b", cat: catFiles, title: "two names that differ only in invalid UTF-8 bytes",
 			expect: "the two files stay distinguishable (escaped or encoded names, or rejected): a client must never get two files under one name",
 			code:   "for n in (b'\\xc3.txt', b'\\xc4.txt'): open(n, 'wb').write(n)\n",
-			req:    map[string]any{"return_files": []string{"*.txt"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"*.txt"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				seen := map[string]int{}
@@ -240,7 +240,7 @@ func fileCases() []hcase {
 		{id: "A07", cat: catFiles, title: "a detached process swaps a returned file for a symlink to /etc/shadow in a loop",
 			expect: "files are collected after every process of the run is dead: the file is returned as the run's own data or reported as a symlink, never host content",
 			run: func(t *testing.T, h *hostile) string {
-				r := h.exec(t, map[string]any{"code": swapCode, "return_files": []string{"out/*"}})
+				r := h.exec(t, api.ExecuteRequest{Code: swapCode, ReturnFiles: []string{"out/*"}})
 				wantStatus(t, r, "ok")
 				noHostContent(t, h, r)
 				for _, f := range r.Files {
@@ -263,7 +263,7 @@ flags = lambda p: {'nosuid': bool(os.statvfs(p).f_flag & os.ST_NOSUID), 'nodev':
 print(json.dumps({'mode': oct(os.stat('out/x').st_mode & 0o7777), 'workspace': flags('/workspace'), 'tmp': flags('/tmp'),
                   'euid_of_exec': subprocess.run(['./out/x'], capture_output=True, text=True).stdout.strip()}))
 `,
-			req: map[string]any{"return_files": []string{"out/x"}},
+			req: api.ExecuteRequest{ReturnFiles: []string{"out/x"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				got := outJSON(t, r)
@@ -296,10 +296,10 @@ print(json.dumps({'mode': oct(os.stat('out/x').st_mode & 0o7777), 'workspace': f
 			run: func(t *testing.T, h *hostile) string {
 				paths := []string{"/usr/lib/python3/dist-packages/evil.pth", "/etc/profile.d/x.sh", "/hello", "/usr/lib/python3.13/os.py"}
 				code := "import json\nres = {}\nfor p in " + pyList(paths) + ":\n    try: open(p, 'a').write('import os'); res[p] = 'WROTE'\n    except OSError as e: res[p] = e.errno\nprint(json.dumps(res))\n"
-				r := h.exec(t, map[string]any{"code": code})
+				r := h.exec(t, api.ExecuteRequest{Code: code})
 				wantStatus(t, r, "ok")
 				obs := sameValues(t, outJSON(t, r), paths, "30") + " (EROFS)"
-				r = h.exec(t, map[string]any{"code": "import json, os\nprint(json.dumps({p: os.path.exists(p) for p in " + pyList(paths[:3]) + "} | {'os.py': open('/usr/lib/python3.13/os.py').read().endswith('import os')}))\n"})
+				r = h.exec(t, api.ExecuteRequest{Code: "import json, os\nprint(json.dumps({p: os.path.exists(p) for p in " + pyList(paths[:3]) + "} | {'os.py': open('/usr/lib/python3.13/os.py').read().endswith('import os')}))\n"})
 				got := outJSON(t, r)
 				return obs + "; next run: " + sameValues(t, got, append(paths[:3:3], "os.py"), "false")
 			}},
@@ -335,7 +335,7 @@ print('done')
 		{id: "A13", cat: catFiles, title: "a 10 MiB repr as the interactive result",
 			expect: "the result is cut to 64 KiB (marked); stdout keeps the whole repr within output_bytes",
 			code:   "'x' * (10 << 20)\n",
-			req:    map[string]any{"last_line_interactive": true, "limits": map[string]any{"output_bytes": 16 << 20}},
+			req:    api.ExecuteRequest{LastLineInteractive: true, Limits: &api.Limits{OutputBytes: ptr(int64(16 << 20))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				if r.Result == nil || len(*r.Result) > 64<<10+len("…") || !strings.HasPrefix(*r.Result, "'xxx") {
@@ -376,7 +376,7 @@ print(sorted(os.listdir(d)))
 		{id: "A15", cat: catFiles, title: "symlink loops and directory symlinks under a ** pattern",
 			expect: "the walk does not follow links or loop; links are reported as symlinks; the real file is returned",
 			code:   "import os\nos.symlink('loop', 'loop')\nos.makedirs('d/e')\nos.symlink('..', 'd/e/up'); os.symlink('/', 'd/root'); os.symlink('d', 'd2')\nopen('d/e/f.txt', 'w').write('ok')\n",
-			req:    map[string]any{"return_files": []string{"**"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"**"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				if f := filesByPath(r)["d/e/f.txt"]; content(t, f) != "ok" {
@@ -390,7 +390,7 @@ print(sorted(os.listdir(d)))
 		{id: "A16", cat: catFiles, title: "literal return paths through symlinked directories (etc -> /etc, me -> /proc/self)",
 			expect: "nothing is read through the links: both are reported as missing",
 			code:   "import os\nos.symlink('/etc', 'etc'); os.symlink('/proc/self', 'me')\n",
-			req:    map[string]any{"return_files": []string{"etc/passwd", "me/environ"}},
+			req:    api.ExecuteRequest{ReturnFiles: []string{"etc/passwd", "me/environ"}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				return skipped(t, r, "no such file", "etc/passwd", "me/environ")

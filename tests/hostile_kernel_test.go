@@ -322,7 +322,7 @@ func runDeniedSweep(t *testing.T, h *hostile) string {
 	}
 	probes := append(denied, seccomp.ConditionalProbes()...)
 	stdin := seccomp.ProberInput(probes)
-	r := h.exec(t, map[string]any{"code": seccomp.ProberScript, "stdin": string(stdin), "limits": map[string]any{"timeout_ms": 60000}})
+	r := h.exec(t, api.ExecuteRequest{Code: seccomp.ProberScript, Stdin: ptr(string(stdin)), Limits: &api.Limits{TimeoutMs: ptr(int64(60000))}})
 	wantStatus(t, r, "ok")
 	var got []seccomp.ProbeOutcome
 	if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || len(got) != len(probes) {

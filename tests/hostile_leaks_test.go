@@ -21,7 +21,7 @@ var pid1Cmdline = regexp.MustCompile(`^/opt/jaild/init (--seccomp-fd [0-9]+ )?/u
 
 // execAsync starts an execute request and returns a channel for its
 // response.
-func (h *hostile) execAsync(t *testing.T, req map[string]any) <-chan *api.ExecuteResponse {
+func (h *hostile) execAsync(t *testing.T, req any) <-chan *api.ExecuteResponse {
 	ch := make(chan *api.ExecuteResponse, 1)
 	go func() {
 		var r api.ExecuteResponse
@@ -42,7 +42,7 @@ func (h *hostile) waitMarker(t *testing.T, name string) string {
 	t.Helper()
 	var id string
 	waitFor(t, 30*time.Second, "a run to create "+name, func() bool {
-		m, _ := filepath.Glob(filepath.Join(h.d.dir, "run", "runs", "*", "work", name))
+		m, _ := filepath.Glob(filepath.Join(h.d.Dir, "run", "runs", "*", "work", name))
 		if len(m) > 0 {
 			id = filepath.Base(filepath.Dir(filepath.Dir(m[0])))
 			return true
@@ -106,10 +106,10 @@ print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigi
 		{id: "D03", cat: catLeaks, title: "host paths in /proc/self/mountinfo and /proc/mounts",
 			expect: "no host path (the daemon's state directory, the image location, the run id) is visible",
 			run: func(t *testing.T, h *hostile) string {
-				r := h.exec(t, map[string]any{"code": "print(open('/proc/self/mountinfo').read()); print(open('/proc/mounts').read())"})
+				r := h.exec(t, api.ExecuteRequest{Code: "print(open('/proc/self/mountinfo').read()); print(open('/proc/mounts').read())"})
 				wantStatus(t, r, "ok")
 				image, _ := filepath.EvalSymlinks(imageDir)
-				for _, s := range []string{h.d.dir, filepath.Base(h.d.dir), image, imageDir, "/var/cache/jaild", "/run/jaild", "runs/", r.RunID} {
+				for _, s := range []string{h.d.Dir, filepath.Base(h.d.Dir), image, imageDir, "/var/cache/jaild", "/run/jaild", "runs/", r.RunID} {
 					if strings.Contains(r.Stdout, s) {
 						t.Errorf("mountinfo mentions %q:\n%s", s, r.Stdout)
 					}
@@ -119,7 +119,7 @@ print(json.dumps({'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigi
 		{id: "D04", cat: catLeaks, title: "environment and secrets: os.environ, /proc/1/environ, /proc/self/environ",
 			expect: "only the allowlisted variables; the daemon's environment (a canary secret), LISTEN_FDS and NOTIFY_SOCKET never reach the jail; pid 1's environ is the same or unreadable",
 			run: func(t *testing.T, h *hostile) string {
-				r := h.exec(t, map[string]any{"code": `import json, os
+				r := h.exec(t, api.ExecuteRequest{Code: `import json, os
 def env(p):
     try: return open(p, 'rb').read().decode(errors='replace')
     except OSError as e: return 'E%d' % e.errno
@@ -154,7 +154,7 @@ print(json.dumps({'env': sorted(os.environ), 'pid1': env('/proc/1/environ'), 'se
 		{id: "D05", cat: catLeaks, title: "host identifiers: machine-id, boot_id, DMI ids, hostname",
 			expect: "none equals the host's: the jail has the image's machine-id, its own hostname, and no way to read the host's boot_id or DMI ids",
 			run: func(t *testing.T, h *hostile) string {
-				r := h.exec(t, map[string]any{"code": `import json, os, socket
+				r := h.exec(t, api.ExecuteRequest{Code: `import json, os, socket
 def rd(p):
     try: return open(p).read().strip()
     except OSError as e: return 'E%d' % e.errno
@@ -220,10 +220,10 @@ print(json.dumps(res))
 			expect: "the next run finds none of the previous run's files",
 			run: func(t *testing.T, h *hostile) string {
 				paths := []string{"/dev/shm/mark", "/tmp/mark", "/workspace/mark", "/jaild/mark", "/dev/shm/psm_jaild"}
-				r := h.exec(t, map[string]any{"code": "from multiprocessing import shared_memory\nshm = shared_memory.SharedMemory(name='psm_jaild', create=True, size=4096)\nshm.buf[:4] = b'mark'\n" +
+				r := h.exec(t, api.ExecuteRequest{Code: "from multiprocessing import shared_memory\nshm = shared_memory.SharedMemory(name='psm_jaild', create=True, size=4096)\nshm.buf[:4] = b'mark'\n" +
 					"for p in " + pyList(paths[:4]) + ": open(p, 'w').write('mark')\nimport os\nprint(sorted(os.listdir('/dev/shm')))\n"})
 				wantStatus(t, r, "ok")
-				r = h.exec(t, map[string]any{"code": "import json, os\nprint(json.dumps({p: os.path.exists(p) for p in " + pyList(paths) + "}))\n"})
+				r = h.exec(t, api.ExecuteRequest{Code: "import json, os\nprint(json.dumps({p: os.path.exists(p) for p in " + pyList(paths) + "}))\n"})
 				wantStatus(t, r, "ok")
 				return "next run: " + sameValues(t, outJSON(t, r), paths, "false")
 			}},
@@ -236,14 +236,14 @@ L = ctypes.CDLL(None, use_errno=True)
 def err(r): return r if r >= 0 else errno.errorcode.get(ctypes.get_errno())
 print(json.dumps({'shm': err(L.shmget(%d, 1 << 20, 0o1666)), 'sem': err(L.semget(%d, 1, 0o1666)), 'msg': err(L.msgget(%d, 0o1666))}))
 `, key, key, key)
-				r := h.exec(t, map[string]any{"code": code})
+				r := h.exec(t, api.ExecuteRequest{Code: code})
 				wantStatus(t, r, "ok")
 				for k, v := range outJSON(t, r) {
 					if _, isNum := v.(json.Number); !isNum {
 						t.Errorf("creating the %s failed: %v", k, v)
 					}
 				}
-				r = h.exec(t, map[string]any{"code": strings.ReplaceAll(strings.ReplaceAll(code, "0o1666", "0"), "1 << 20", "0")})
+				r = h.exec(t, api.ExecuteRequest{Code: strings.ReplaceAll(strings.ReplaceAll(code, "0o1666", "0"), "1 << 20", "0")})
 				wantStatus(t, r, "ok")
 				obs := "next run: " + sameValues(t, outJSON(t, r), []string{"shm", "sem", "msg"}, "ENOENT")
 				for _, o := range sysvIPC() {
@@ -256,12 +256,12 @@ print(json.dumps({'shm': err(L.shmget(%d, 1 << 20, 0o1666)), 'sem': err(L.semget
 		{id: "D09", cat: catLeaks, title: "cross-run channel through a file lock on a shared rootfs inode (two concurrent runs)",
 			expect: "a run cannot observe another run's flock on a read-only image file: the second run gets the lock",
 			run: func(t *testing.T, h *hostile) string {
-				a := h.execAsync(t, map[string]any{"code": `import fcntl, time
+				a := h.execAsync(t, api.ExecuteRequest{Code: `import fcntl, time
 f = open('/usr/lib/python3.13/os.py', 'rb'); fcntl.flock(f, fcntl.LOCK_EX)
 open('locked', 'w').close()
 time.sleep(6)`})
 				h.waitMarker(t, "locked")
-				r := h.exec(t, map[string]any{"code": `import fcntl
+				r := h.exec(t, api.ExecuteRequest{Code: `import fcntl
 f = open('/usr/lib/python3.13/os.py', 'rb')
 try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('GOT')
 except OSError as e: print('BLOCKED', e.errno)`})
@@ -276,7 +276,7 @@ except OSError as e: print('BLOCKED', e.errno)`})
 		{id: "D10", cat: catLeaks, title: "another run's activity through inotify on the shared rootfs (two concurrent runs)",
 			expect: "a run watching image directories sees no event caused by another run (which modules it imports, which files it reads)",
 			run: func(t *testing.T, h *hostile) string {
-				watcher := h.execAsync(t, map[string]any{"code": `import ctypes, os, struct, time
+				watcher := h.execAsync(t, api.ExecuteRequest{Code: `import ctypes, os, struct, time
 L = ctypes.CDLL(None, use_errno=True)
 fd = L.inotify_init1(os.O_NONBLOCK)
 if fd < 0:
@@ -297,7 +297,7 @@ while True:
         i += 16 + n
 print(sorted(x for x in names if 'imaplib' in x))`})
 				h.waitMarker(t, "watching")
-				victim := h.exec(t, map[string]any{"code": "import imaplib"})
+				victim := h.exec(t, api.ExecuteRequest{Code: "import imaplib"})
 				wantStatus(t, victim, "ok")
 				r := <-watcher
 				wantStatus(t, r, "ok")
@@ -316,7 +316,7 @@ print(sorted(x for x in names if 'imaplib' in x))`})
 				// Two windows: a quiet one (no other run reads the directory)
 				// as the control, then one in which another run imports a
 				// module from it.
-				watcher := h.execAsync(t, map[string]any{"code": `import errno, fcntl, os, signal, time
+				watcher := h.execAsync(t, api.ExecuteRequest{Code: `import errno, fcntl, os, signal, time
 hits = []
 signal.signal(signal.SIGIO, lambda *a: hits.append(1))
 fd = os.open('/usr/lib/python3.13/xmlrpc/__pycache__', os.O_RDONLY)
@@ -328,7 +328,7 @@ open('window2', 'w').close()
 time.sleep(3)
 print(quiet, len(hits) - quiet)`})
 				h.waitMarker(t, "window2")
-				victim := h.exec(t, map[string]any{"code": "import xmlrpc.client"})
+				victim := h.exec(t, api.ExecuteRequest{Code: "import xmlrpc.client"})
 				wantStatus(t, victim, "ok")
 				r := <-watcher
 				wantStatus(t, r, "ok")
@@ -349,10 +349,10 @@ print(quiet, len(hits) - quiet)`})
 			run: func(t *testing.T, h *hostile) string {
 				hl := listenHost(t, "tcp", "127.0.0.1:0")
 				defer hl.close()
-				r := h.exec(t, map[string]any{"code": "for p in ('tcp', 'tcp6', 'unix'): print(open('/proc/net/' + p).read())"})
+				r := h.exec(t, api.ExecuteRequest{Code: "for p in ('tcp', 'tcp6', 'unix'): print(open('/proc/net/' + p).read())"})
 				wantStatus(t, r, "ok")
 				port := fmt.Sprintf(":%04X ", hl.port)
-				if strings.Contains(r.Stdout, port) || strings.Contains(r.Stdout, h.d.socket) {
+				if strings.Contains(r.Stdout, port) || strings.Contains(r.Stdout, h.d.Socket) {
 					t.Errorf("/proc/net shows host sockets:\n%s", r.Stdout)
 				}
 				return "no host listener and no daemon socket in /proc/net/{tcp,tcp6,unix}"
@@ -360,7 +360,7 @@ print(quiet, len(hits) - quiet)`})
 		{id: "D12", cat: catLeaks, title: "a run in the second image the daemon serves (python-minimal beside the default)",
 			expect: "it runs in that image only (none of the default's packages), its mount table names no host path of either image, and the image stays mounted once on the host",
 			run: func(t *testing.T, h *hostile) string {
-				r := h.exec(t, map[string]any{"image": hostileSecondImage, "code": `import importlib.util, json
+				r := h.exec(t, api.ExecuteRequest{Image: hostileSecondImage, Code: `import importlib.util, json
 print(json.dumps({'numpy': importlib.util.find_spec('numpy') is not None, 'mounts': open('/proc/self/mountinfo').read()}))
 `})
 				wantStatus(t, r, "ok")
@@ -374,7 +374,7 @@ print(json.dumps({'numpy': importlib.util.find_spec('numpy') is not None, 'mount
 				mounts := fmt.Sprint(got["mounts"])
 				second, _ := filepath.EvalSymlinks(filepath.Join(imagesRoot(), hostileSecondImage, "current"))
 				def, _ := filepath.EvalSymlinks(imageDir)
-				for _, s := range []string{h.d.dir, second, def, imagesRoot(), "/var/cache/jaild", r.RunID} {
+				for _, s := range []string{h.d.Dir, second, def, imagesRoot(), "/var/cache/jaild", r.RunID} {
 					if strings.Contains(mounts, s) {
 						t.Errorf("the run's mountinfo mentions %q:\n%s", s, mounts)
 					}

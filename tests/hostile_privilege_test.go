@@ -76,18 +76,17 @@ func checkRlimits(t *testing.T, r *api.ExecuteResponse) string {
 	return "no hard limit can be raised (9 limits); the request's limits hold: NPROC 40, FSIZE 32 MiB, CPU 6/7 s, NOFILE 1024, CORE 0"
 }
 
-var rlimitReq = map[string]any{"limits": map[string]any{"timeout_ms": 5000, "pids": 40, "file_size_mb": 32, "memory_mb": 256}}
+var rlimitReq = api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(5000)), Pids: ptr(int64(40)), FileSizeMB: ptr(int64(32)), MemoryMB: ptr(int64(256))}}
 
 // coldReq asks for more memory than the pool's jails were made for (the
 // callers' maximum, 2048 MB), so the run gets a jail created for it.
-func coldReq(limits map[string]any) map[string]any {
-	l := map[string]any{"memory_mb": 4096}
-	for k, v := range limits {
-		if k != "memory_mb" {
-			l[k] = v
-		}
+func coldReq(limits *api.Limits) api.ExecuteRequest {
+	l := api.Limits{}
+	if limits != nil {
+		l = *limits
 	}
-	return map[string]any{"limits": l}
+	l.MemoryMB = ptr(int64(4096))
+	return api.ExecuteRequest{Limits: &l}
 }
 
 // hostListener listens on the host's loopback and counts connections.
@@ -166,7 +165,7 @@ for name, fn in (('setuid(0)', lambda: os.setuid(0)), ('setresuid(0,0,0)', lambd
 res['euid'] = os.geteuid()
 print(json.dumps(res))
 `,
-			req: map[string]any{"limits": map[string]any{"timeout_ms": 30000}},
+			req: api.ExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}},
 			check: func(t *testing.T, r *api.ExecuteResponse) string {
 				wantStatus(t, r, "ok")
 				got := outJSON(t, r)
@@ -187,7 +186,7 @@ print(json.dumps(res))
 			code:   rlimitCode, req: rlimitReq, check: checkRlimits},
 		{id: "C03c", cat: catPriv, title: "raise hard rlimits (a jail created for the request)",
 			expect: "the same as C03",
-			code:   rlimitCode, req: coldReq(rlimitReq["limits"].(map[string]any)), check: checkRlimits},
+			code:   rlimitCode, req: coldReq(rlimitReq.Limits), check: checkRlimits},
 		{id: "C04", cat: catPriv, noNet: true, title: "network egress, the metadata service, DNS and UDP (a run that did not ask for network)",
 			expect: "only lo; ENETUNREACH for outside addresses (IPv4, IPv6, UDP); ECONNREFUSED on 127.0.0.1, the jail's own loopback; no name resolution",
 			code: `import errno, json, socket
@@ -218,7 +217,7 @@ print(json.dumps(res))
 				hl := listenHost(t, "tcp", "127.0.0.1:0", "[::1]:0")
 				defer hl.close()
 				port := strconv.Itoa(hl.port)
-				r := h.exec(t, map[string]any{"env": map[string]string{"HOSTPORT": port}, "code": `import errno, json, os, socket
+				r := h.exec(t, api.ExecuteRequest{Env: map[string]string{"HOSTPORT": port}, Code: `import errno, json, os, socket
 res = {}
 for fam, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
     s = socket.socket(fam); s.settimeout(2)
@@ -239,7 +238,7 @@ print(json.dumps(res))
 				abstract := "jaild-hostile-" + randHex(6)
 				hl := listenHost(t, "unix", "@"+abstract)
 				defer hl.close()
-				r := h.exec(t, map[string]any{"env": map[string]string{"DAEMON_SOCK": h.d.socket, "ABSTRACT": abstract}, "code": `import errno, json, os, socket
+				r := h.exec(t, api.ExecuteRequest{Env: map[string]string{"DAEMON_SOCK": h.d.Socket, "ABSTRACT": abstract}, Code: `import errno, json, os, socket
 def conn(addr):
     s = socket.socket(socket.AF_UNIX)
     try: s.connect(addr); return 'CONNECTED'
@@ -314,7 +313,7 @@ print(json.dumps({'opened': opened, 'errnos': sorted(errs), 'pid1 exe': pid1}))
 			expect: "/proc/sys is read-only (EROFS), sysrq-trigger is masked by /dev/null, binfmt_misc is absent; the host's core_pattern is unchanged",
 			run: func(t *testing.T, h *hostile) string {
 				before, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
-				r := h.exec(t, map[string]any{"code": `import errno, json, os
+				r := h.exec(t, api.ExecuteRequest{Code: `import errno, json, os
 res = {}
 for p in ('/proc/sys/kernel/core_pattern', '/proc/sys/kernel/modprobe', '/proc/sys/vm/drop_caches', '/proc/sys/kernel/hostname', '/proc/sysrq-trigger', '/proc/sys/fs/binfmt_misc/register'):
     try:
@@ -388,9 +387,9 @@ print(json.dumps(res))
 		{id: "C13", cat: catPriv, title: "signal the daemon and the test process by their host pids",
 			expect: "host pids do not exist in the jail's pid namespace: kill and pidfd_open fail with ESRCH",
 			run: func(t *testing.T, h *hostile) string {
-				pids := []string{strconv.Itoa(h.d.cmd.Process.Pid), strconv.Itoa(os.Getpid())}
+				pids := []string{strconv.Itoa(h.d.Cmd.Process.Pid), strconv.Itoa(os.Getpid())}
 				sort.Strings(pids)
-				r := h.exec(t, map[string]any{"env": map[string]string{"HOSTPIDS": strings.Join(pids, ",")}, "code": `import ctypes, errno, json, os, signal
+				r := h.exec(t, api.ExecuteRequest{Env: map[string]string{"HOSTPIDS": strings.Join(pids, ",")}, Code: `import ctypes, errno, json, os, signal
 L = ctypes.CDLL(None, use_errno=True)
 res = {}
 for i, p in enumerate(os.environ['HOSTPIDS'].split(',')):

@@ -67,7 +67,7 @@ func (ss *sessionSet) request(nobody bool, method, path string, body any) (int, 
 			j, _ := json.Marshal(b)
 			s = string(j)
 		}
-		status, _, out := curlAs(ss.t, ss.d.socket, method, path, s)
+		status, _, out := curlAs(ss.t, ss.d.Socket, method, path, s)
 		return status, out
 	}
 	var raw json.RawMessage
@@ -77,16 +77,9 @@ func (ss *sessionSet) request(nobody bool, method, path string, body any) (int, 
 
 // open creates a session as root; in the networked suite it asks for the
 // same network as every run.
-func (ss *sessionSet) open(body map[string]any) *sess {
+func (ss *sessionSet) open(body api.SessionCreateRequest) *sess {
 	ss.t.Helper()
-	req := map[string]any{}
-	for k, v := range ss.d.inject {
-		req[k] = v
-	}
-	for k, v := range body {
-		req[k] = v
-	}
-	s, status, raw := ss.create(false, req)
+	s, status, raw := ss.create(false, ss.d.withInject(body).(api.SessionCreateRequest))
 	if s == nil {
 		ss.t.Fatalf("create a session: HTTP %d: %s", status, raw)
 	}
@@ -95,15 +88,12 @@ func (ss *sessionSet) open(body map[string]any) *sess {
 
 // openNobody creates a session as uid 65534: the session, or nil with the
 // status and body of the refusal.
-func (ss *sessionSet) openNobody(body map[string]any) (*sess, int, []byte) {
+func (ss *sessionSet) openNobody(body api.SessionCreateRequest) (*sess, int, []byte) {
 	ss.t.Helper()
-	if body == nil {
-		body = map[string]any{}
-	}
 	return ss.create(true, body)
 }
 
-func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []byte) {
+func (ss *sessionSet) create(nobody bool, body api.SessionCreateRequest) (*sess, int, []byte) {
 	ss.t.Helper()
 	status, raw := ss.request(nobody, "POST", "/v1/sessions", body)
 	if status != http.StatusCreated {
@@ -120,7 +110,7 @@ func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []by
 	if info.UID != want {
 		ss.t.Errorf("session %s: uid %d, want %d", info.SessionID, info.UID, want)
 	}
-	if n, ok := body["network"]; ok && info.Network != n {
+	if n := body.Network; n != "" && info.Network != n {
 		ss.t.Errorf("session %s: network %q, asked for %v", info.SessionID, info.Network, n)
 	}
 	s := &sess{id: info.SessionID, nobody: nobody}
@@ -131,7 +121,7 @@ func (ss *sessionSet) create(nobody bool, body map[string]any) (*sess, int, []by
 // exec runs a call of s as its owner and returns its 200 response, failing
 // the test on anything else. Every call of a session runs in the same
 // jail: its run_id.
-func (ss *sessionSet) exec(s *sess, req map[string]any) *api.SessionExecuteResponse {
+func (ss *sessionSet) exec(s *sess, req any) *api.SessionExecuteResponse {
 	ss.t.Helper()
 	status, raw := ss.request(s.nobody, "POST", "/v1/sessions/"+s.id+"/execute", req)
 	if status != http.StatusOK {
@@ -159,7 +149,7 @@ func (ss *sessionSet) callResult(s *sess, raw []byte) *api.SessionExecuteRespons
 }
 
 // code is the body of a call of code alone.
-func code(src string) map[string]any { return map[string]any{"code": src} }
+func code(src string) api.SessionExecuteRequest { return api.SessionExecuteRequest{Code: src} }
 
 // asyncCall is a call running in the background (as root).
 type asyncCall struct {
@@ -168,7 +158,7 @@ type asyncCall struct {
 	err    error
 }
 
-func (ss *sessionSet) execAsync(s *sess, req map[string]any) <-chan asyncCall {
+func (ss *sessionSet) execAsync(s *sess, req any) <-chan asyncCall {
 	ch := make(chan asyncCall, 1)
 	body, _ := json.Marshal(req)
 	go func() {
@@ -419,7 +409,7 @@ func runSessionFrozen(t *testing.T, h *hostile) string {
 	h.waitPoolFull(t)
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(spawnSpinners)), "ok")
 	// In the next call the spinners run (the call's CPU time shows them)
 	// and the processes of the first call are still there.
@@ -482,7 +472,7 @@ func runSessionPlant(t *testing.T, h *hostile) string {
 	defer ss.closeAll()
 	token := randHex(6)
 	probe := fmt.Sprintf(plantProbe, token)
-	a := ss.open(nil)
+	a := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(a, code(fmt.Sprintf(`import socket
 T = '%s'
 for p in ('/tmp/planted-' + T, 'planted-' + T, '/dev/shm/planted-' + T):
@@ -504,27 +494,27 @@ print('planted')
 			t.Errorf("%s sees what session A planted: %v", who, out)
 		}
 	}
-	b := ss.open(nil)
+	b := ss.open(api.SessionCreateRequest{})
 	r = ss.exec(b, code(probe))
 	wantCall(t, r, "ok")
 	clean("another session of the same uid", callJSON(t, r))
-	c, status, raw := ss.openNobody(nil)
+	c, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if c == nil {
 		t.Fatalf("create a session as uid %d: HTTP %d: %s", nobodyUID, status, raw)
 	}
 	r = ss.exec(c, code(probe))
 	wantCall(t, r, "ok")
 	clean("a session of uid 65534", callJSON(t, r))
-	clean("a fresh run", outJSON(t, h.exec(t, map[string]any{"code": probe})))
+	clean("a fresh run", outJSON(t, h.exec(t, api.ExecuteRequest{Code: probe})))
 	ss.del(a)
-	clean("a fresh run after the planting session ended", outJSON(t, h.exec(t, map[string]any{"code": probe})))
+	clean("a fresh run after the planting session ended", outJSON(t, h.exec(t, api.ExecuteRequest{Code: probe})))
 	return "the planting session sees all four in its next call; another session of root, a session of uid 65534 and fresh runs (during and after) see none"
 }
 
 func runSessionFds(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	r := ss.exec(s, code(`import errno, json, os, socket, stat
 def kind(fd):
     try: m = os.fstat(fd).st_mode
@@ -615,7 +605,7 @@ print(json.dumps({'pipe': os.read(pr, 6).decode(), 'socketpair': sb.recv(4).deco
 func runSessionForgedRecords(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a, b := ss.open(nil), ss.open(nil)
+	a, b := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	r := ss.exec(a, code(`import json, os
 n = 1
 for call in range(1, 41):
@@ -667,7 +657,7 @@ print('three')
 func runSessionSignals(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a, b := ss.open(nil), ss.open(nil)
+	a, b := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(b, code("y = 7")), "ok")
 	r := ss.exec(a, code(`import json, os, signal, time
 x = 41
@@ -727,7 +717,7 @@ print(x, open('/proc/1/stat').read().split()[21] == %q)
 func runSessionOtherUID(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	a := ss.open(nil)
+	a := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(a, code("secret = 'root-session'")), "ok")
 	running := ss.execAsync(a, code("import time\ntime.sleep(3)\nprint(secret)"))
 	waitFor(t, 30*time.Second, "root's call to run", func() bool { return ss.get(a).State == api.SessionRunning })
@@ -736,9 +726,9 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	never := a.id[:strings.LastIndex(a.id, "-")+1] + strings.Repeat("0", 24)
 	type probe struct{ method, suffix, body string }
 	for _, p := range []probe{{"GET", "", ""}, {"POST", "/execute", `{"code":"print(secret)"}`}, {"POST", "/interrupt", `{}`}, {"DELETE", "", ""}} {
-		status, _, raw := curlAs(t, h.d.socket, p.method, "/v1/sessions/"+a.id+p.suffix, p.body)
+		status, _, raw := curlAs(t, h.d.Socket, p.method, "/v1/sessions/"+a.id+p.suffix, p.body)
 		e := apiError(t, raw)
-		status2, _, raw2 := curlAs(t, h.d.socket, p.method, "/v1/sessions/"+never+p.suffix, p.body)
+		status2, _, raw2 := curlAs(t, h.d.Socket, p.method, "/v1/sessions/"+never+p.suffix, p.body)
 		e2 := apiError(t, raw2)
 		if status != http.StatusNotFound || e.Error.Type != "not_found" {
 			t.Errorf("%s /v1/sessions/{root's}%s as uid %d: HTTP %d %+v, want 404 not_found", p.method, p.suffix, nobodyUID, status, e.Error)
@@ -747,7 +737,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 			t.Errorf("%s%s: root's session (HTTP %d %q) is told apart from one that never existed (HTTP %d %q)", p.method, p.suffix, status, e.Error.Message, status2, e2.Error.Message)
 		}
 	}
-	status, _, raw := curlAs(t, h.d.socket, "GET", "/v1/sessions", "")
+	status, _, raw := curlAs(t, h.d.Socket, "GET", "/v1/sessions", "")
 	var list api.SessionList
 	if err := strictJSON(raw, &list); status != http.StatusOK || err != nil {
 		t.Errorf("GET /v1/sessions as uid %d: HTTP %d (%v): %s", nobodyUID, status, err, raw)
@@ -768,7 +758,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	var refused api.ErrorBody
 	refusedStatus := 0
 	for range sessMaxPerUID + 2 {
-		s, status, raw := ss.openNobody(nil)
+		s, status, raw := ss.openNobody(api.SessionCreateRequest{})
 		if s == nil {
 			refusedStatus, refused = status, apiError(t, raw)
 			break
@@ -785,7 +775,7 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 	for _, s := range mine {
 		ss.del(s)
 	}
-	again, status, raw := ss.openNobody(nil)
+	again, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if again == nil {
 		t.Errorf("uid %d after deleting its sessions: HTTP %d %s, want a new session", nobodyUID, status, raw)
 	} else {
@@ -797,68 +787,36 @@ func runSessionOtherUID(t *testing.T, h *hostile) string {
 }
 
 func runSessionCrashRestart(t *testing.T, h *hostile) string {
-	d, err := startTunedDaemon("", 0, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			d.stop()
-		}
-	}()
-	cg, err := cgroupsOf(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.extraParents = []string{cg.rel}
-	defer func() { h.extraParents = nil }()
+	d, cg, end := h.caseDaemon(t)
+	defer end()
 	ss := &sessionSet{h: h, d: d, t: t}
-	idle, busy := ss.open(nil), ss.open(nil)
+	idle, busy := ss.open(api.SessionCreateRequest{}), ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(idle, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	wantCall(t, ss.exec(busy, code("x = 1")), "ok")
-	ss.execAsync(busy, map[string]any{"code": "open('started', 'w').close()\nimport time\ntime.sleep(120)", "limits": map[string]any{"timeout_ms": 120000}})
+	ss.execAsync(busy, api.SessionExecuteRequest{Code: "open('started', 'w').close()\nimport time\ntime.sleep(120)", Limits: &api.Limits{TimeoutMs: ptr(int64(120000))}})
 	waitFor(t, 30*time.Second, "the call to start", func() bool {
-		_, err := os.Stat(filepath.Join(d.dir, "run", "runs", busy.jail, "work", "started"))
+		_, err := os.Stat(filepath.Join(d.Dir, "run", "runs", busy.jail, "work", "started"))
 		return err == nil
 	})
 	frozen, _ := cg.jailFrozen(idle.jail)
 	if !frozen {
 		t.Errorf("the idle session's cgroup is not frozen")
 	}
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
+	<-d.Exited()
 	live := cg.live()
 	if !live[idle.jail] || !live[busy.jail] {
 		t.Fatalf("after kill -9 the sessions' jails should be orphaned; live: %v", live)
 	}
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	var why string
 	waitFor(t, 60*time.Second, "the sweep", func() bool {
-		why = ""
-		live := cg.live()
-		for _, id := range []string{idle.jail, busy.jail} {
-			if live[id] {
-				why = "cgroup " + id
-			}
-			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(d.dir, "run", sub, id)); err == nil {
-					why = sub + "/" + id
-				}
-			}
-			for _, m := range mountinfo() {
-				if strings.Contains(m.point, id) {
-					why = "mount " + m.point
-				}
-			}
-		}
-		if bad := h.jailProcsOutside(); len(bad) > 0 {
-			why = strings.Join(bad, "; ")
-		}
+		jails := []string{idle.jail, busy.jail}
+		why = h.sweepLeft(d, cg, jails, jails)
 		return why == ""
 	})
 	for _, s := range ss.all {
@@ -881,7 +839,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	if status, _ := d.call(t, "GET", "/v1/sessions", nil, &list); status != http.StatusOK || len(list.Sessions) != 0 {
 		t.Errorf("the restarted daemon lists sessions: HTTP %d %+v", status, list)
 	}
-	fresh := ss.open(nil)
+	fresh := ss.open(api.SessionCreateRequest{})
 	r := ss.exec(fresh, code("n = 1\nn + 1"))
 	wantCall(t, r, "ok")
 	if r.Result == nil || *r.Result != "2" {
@@ -889,8 +847,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 	}
 	ss.del(fresh)
 	waitFor(t, 30*time.Second, "the new session's jail to go", func() bool { return !cg.live()[fresh.jail] })
-	stopped = true
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Error(err)
 	}
 	for _, p := range cg.parents {
@@ -904,7 +861,7 @@ func runSessionCrashRestart(t *testing.T, h *hostile) string {
 func runSessionLoss(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(`import subprocess
 p = subprocess.Popen(['sleep', '1000'])
 open('/tmp/kept', 'w').write('tmp')
@@ -912,7 +869,7 @@ open('kept', 'w').write('workspace')
 x = 1
 start = open('/proc/1/stat').read().split()[21]
 `)), "ok")
-	r := ss.exec(s, map[string]any{"code": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", "limits": map[string]any{"timeout_ms": 1000}})
+	r := ss.exec(s, api.SessionExecuteRequest{Code: "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", Limits: &api.Limits{TimeoutMs: ptr(int64(1000))}})
 	wantStatus(t, &r.ExecuteResponse, "timeout")
 	if !r.Session.StateLost || r.Session.LostReason == nil || *r.Session.LostReason != "timeout" || r.Session.State != api.SessionIdle {
 		t.Errorf("a call that ignores SIGINT past its timeout: session %+v, want state_lost (timeout) and the session idle", r.Session)
@@ -936,7 +893,7 @@ print(json.dumps({'fresh': fresh, 'pids': sorted(int(p) for p in os.listdir('/pr
 func runSessionIdle(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(map[string]any{"idle_timeout_s": 1})
+	s := ss.open(api.SessionCreateRequest{IdleTimeoutS: ptr(int64(1))})
 	wantCall(t, ss.exec(s, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	var info api.Session
 	waitFor(t, 15*time.Second, "the reaper to end the session", func() bool {
@@ -961,20 +918,20 @@ func runSessionIdle(t *testing.T, h *hostile) string {
 func runSessionCallFields(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code("k = 'kept'")), "ok")
 	maxTimeout := h.info(t).AdminMaxima.TimeoutMs
 	var named []string
 	for _, c := range []struct {
 		field string
-		body  map[string]any
+		body  api.SessionExecuteRequest
 	}{
-		{"limits.memory_mb", map[string]any{"code": "1", "limits": map[string]any{"memory_mb": 2048}}},
-		{"limits.pids", map[string]any{"code": "1", "limits": map[string]any{"pids": 1024}}},
-		{"limits.file_size_mb", map[string]any{"code": "1", "limits": map[string]any{"file_size_mb": 1024}}},
-		{"env", map[string]any{"code": "1", "env": map[string]string{"A": "b"}}},
-		{"network", map[string]any{"code": "1", "network": "internet"}},
-		{"limits.timeout_ms", map[string]any{"code": "1", "limits": map[string]any{"timeout_ms": maxTimeout + 1}}},
+		{"limits.memory_mb", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{MemoryMB: ptr(int64(2048))}}},
+		{"limits.pids", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{Pids: ptr(int64(1024))}}},
+		{"limits.file_size_mb", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{FileSizeMB: ptr(int64(1024))}}},
+		{"env", api.SessionExecuteRequest{Code: "1", Env: map[string]string{"A": "b"}}},
+		{"network", api.SessionExecuteRequest{Code: "1", Network: "internet"}},
+		{"limits.timeout_ms", api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{TimeoutMs: ptr(int64(maxTimeout + 1))}}},
 	} {
 		status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/execute", c.body)
 		e := apiError(t, raw)
@@ -1013,7 +970,7 @@ func (cg *jailCgroups) thawBehind(id string) error {
 func runSessionThawed(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code("x = 'kept'")), "ok")
 	if frozen, err := h.cg.jailFrozen(s.jail); err != nil || !frozen {
 		t.Fatalf("the session is not frozen after a call (%v)", err)

@@ -63,7 +63,7 @@ var (
 	storedSHARe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-func (h *hostile) storeDir() string { return filepath.Join(h.d.dir, "files") }
+func (h *hostile) storeDir() string { return filepath.Join(h.d.Dir, "files") }
 
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
@@ -83,7 +83,7 @@ func (h *hostile) rootDo(t *testing.T, method, p string, ctype string, body io.R
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := h.d.client.Do(req)
+	resp, err := h.d.Client.Do(req)
 	if err != nil {
 		t.Errorf("%s %s: %v", method, p, err)
 		return 0, nil
@@ -143,7 +143,7 @@ func storeCase(id, title, expect string, run func(t *testing.T, h *hostile) stri
 // store.
 func (h *hostile) storeExec(t *testing.T, code string, patterns ...string) *api.ExecuteResponse {
 	t.Helper()
-	return h.exec(t, map[string]any{"code": code, "return_files": patterns, "return_files_as": api.ReturnStore})
+	return h.exec(t, api.ExecuteRequest{Code: code, ReturnFiles: patterns, ReturnFilesAs: api.ReturnStore})
 }
 
 // checkStored checks that f was stored as owner's and that the store's
@@ -247,10 +247,10 @@ func curlNobody(t *testing.T, socket, method, p string, headers []string, body [
 
 // nobodyExec runs an execute request as uid 65534 and returns its 200
 // response.
-func (h *hostile) nobodyExec(t *testing.T, req map[string]any) *api.ExecuteResponse {
+func (h *hostile) nobodyExec(t *testing.T, req any) *api.ExecuteResponse {
 	t.Helper()
 	body, _ := json.Marshal(req)
-	status, _, raw := curlNobody(t, h.d.socket, "POST", "/v1/execute", []string{"Content-Type: application/json"}, body)
+	status, _, raw := curlNobody(t, h.d.Socket, "POST", "/v1/execute", []string{"Content-Type: application/json"}, body)
 	var r api.ExecuteResponse
 	if err := strictJSON(raw, &r); status != http.StatusOK || err != nil || r.RunID == "" {
 		t.Fatalf("execute as uid 65534: HTTP %d (%v): %s", status, err, short(string(raw)))
@@ -263,7 +263,7 @@ func (h *hostile) nobodyExec(t *testing.T, req map[string]any) *api.ExecuteRespo
 // query, returning the status and body.
 func (h *hostile) nobodyUpload(t *testing.T, query, ctype string, data []byte) (int, []byte) {
 	t.Helper()
-	status, _, raw := curlNobody(t, h.d.socket, "POST", "/v1/files"+query, []string{"Content-Type: " + ctype}, data)
+	status, _, raw := curlNobody(t, h.d.Socket, "POST", "/v1/files"+query, []string{"Content-Type: " + ctype}, data)
 	return status, raw
 }
 
@@ -283,25 +283,12 @@ func wantStoreErr(t *testing.T, what string, status int, raw []byte, wantStatus 
 	return fmt.Sprintf("%d %s", status, e.Error.Type)
 }
 
-// withInject adds the daemon's injected fields (the networked suite's
-// network) to a request sent without daemon.call.
-func (h *hostile) withInject(req map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range h.d.inject {
-		out[k] = v
-	}
-	for k, v := range req {
-		out[k] = v
-	}
-	return out
-}
-
 // streamRun runs req streamed in format to its end and returns the
 // stream, checked for its framing (parseStream), and its execute
 // response (done, with the output of the events).
-func (h *hostile) streamRun(t *testing.T, req map[string]any, format string) (*streamed, *api.ExecuteResponse) {
+func (h *hostile) streamRun(t *testing.T, req any, format string) (*streamed, *api.ExecuteResponse) {
 	t.Helper()
-	s, err := streamExec(context.Background(), h.d, "/v1/execute", h.withInject(req), format)
+	s, err := streamExec(context.Background(), h.d, "/v1/execute", h.d.withInject(req), format)
 	if s != nil {
 		h.noteRun(s.start.RunID)
 	}
@@ -548,10 +535,9 @@ func runStoreGrowing(t *testing.T, h *hostile) string {
 func runStoreGrowingSession(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	s := ss.open(nil)
+	s := ss.open(api.SessionCreateRequest{})
 	wantCall(t, ss.exec(s, code(strings.Replace(growCode, "time.sleep(0.5)", "time.sleep(0.2)", 1))), "ok")
-	r := ss.exec(s, map[string]any{"code": "import os, time\ntime.sleep(0.5)\nprint(os.path.getsize('out/grow.bin'))\n",
-		"return_files": []string{"out/grow.bin"}, "return_files_as": api.ReturnStore})
+	r := ss.exec(s, api.SessionExecuteRequest{Code: "import os, time\ntime.sleep(0.5)\nprint(os.path.getsize('out/grow.bin'))\n", ReturnFiles: []string{"out/grow.bin"}, ReturnFilesAs: api.ReturnStore})
 	wantCall(t, r, "ok")
 	f := filesByPath(&r.ExecuteResponse)["out/grow.bin"]
 	h.checkStored(t, f, 0)
@@ -607,7 +593,7 @@ open('out/a0.bin', 'wb').write(b'b' * (17 << 20))
 for n in ('a1', 'a2', 'a3'): open(f'out/{n}.bin', 'wb').write(b'a' * (15 << 20))
 for i in range(10): open(f'out/f{i:02d}.txt', 'w').write(f'small {i}')
 `
-	r := h.nobodyExec(t, map[string]any{"code": code, "return_files": []string{"out/*"}, "return_files_as": api.ReturnStore})
+	r := h.nobodyExec(t, api.ExecuteRequest{Code: code, ReturnFiles: []string{"out/*"}, ReturnFilesAs: api.ReturnStore})
 	wantStatus(t, r, "ok")
 	m := filesByPath(r)
 	for _, p := range []string{"out/a1.bin", "out/a2.bin"} {
@@ -628,7 +614,7 @@ for i in range(10): open(f'out/f{i:02d}.txt', 'w').write(f'small {i}')
 	}
 	h.onlyStored(t, r)
 	var info api.Info
-	status, _, raw := curlNobody(t, h.d.socket, "GET", "/v1/info", nil, nil)
+	status, _, raw := curlNobody(t, h.d.Socket, "GET", "/v1/info", nil, nil)
 	if err := json.Unmarshal(raw, &info); status != 200 || err != nil || info.Files.CallerFiles != storeMaxFiles || info.Files.CallerBytes != 30*mib+6*int64(len("small 0")) {
 		t.Errorf("uid 65534's /v1/info files: HTTP %d (%v) %+v", status, err, info.Files)
 	}
@@ -647,7 +633,7 @@ const (
 func runStreamForged(t *testing.T, h *hostile) string {
 	code := fmt.Sprintf("import base64, sys\nsys.stdout.buffer.write(base64.b64decode(%q)); sys.stdout.flush()\nsys.stderr.buffer.write(base64.b64decode(%q)); sys.stderr.flush()\nprint('end')\n",
 		base64.StdEncoding.EncodeToString([]byte(forgedOut)), base64.StdEncoding.EncodeToString([]byte(forgedErr)))
-	req := map[string]any{"code": code}
+	req := api.ExecuteRequest{Code: code}
 	plain := h.exec(t, req)
 	wantStatus(t, plain, "ok")
 	if plain.Stdout != forgedOut+"end\n" || plain.Stderr != forgedErr {
@@ -677,11 +663,11 @@ func runStreamForged(t *testing.T, h *hostile) string {
 }
 
 func runStreamInvalidUTF8(t *testing.T, h *hostile) string {
-	req := map[string]any{
+	req := api.ExecuteRequest{
 		// stderr stops at the cap, so that only stdout is truncated,
 		// whenever the kill comes.
-		"code":   "import os\nos.write(2, b'\\xfe' * (1 << 20))\nb = b'\\xff' * 65536\nwhile True:\n    os.write(1, b)\n",
-		"limits": map[string]any{"output_bytes": 1 << 20},
+		Code:   "import os\nos.write(2, b'\\xfe' * (1 << 20))\nb = b'\\xff' * 65536\nwhile True:\n    os.write(1, b)\n",
+		Limits: &api.Limits{OutputBytes: ptr(int64(1 << 20))},
 	}
 	check := func(what string, r *api.ExecuteResponse) {
 		t.Helper()
@@ -707,11 +693,8 @@ func runStreamInvalidUTF8(t *testing.T, h *hostile) string {
 func runStreamAlternating(t *testing.T, h *hostile) string {
 	const outputCap = 4 << 20
 	const n = outputCap / 8
-	req := h.withInject(map[string]any{
-		"code":   "import os\ni = 0\nwhile True:\n    os.write(1, b'%07d\\n' % i); os.write(2, b'%07d\\n' % i); i += 1\n",
-		"limits": map[string]any{"output_bytes": outputCap, "timeout_ms": 60000},
-	})
-	pid := h.d.cmd.Process.Pid
+	req := h.d.withInject(api.ExecuteRequest{Code: "import os\ni = 0\nwhile True:\n    os.write(1, b'%07d\\n' % i); os.write(2, b'%07d\\n' % i); i += 1\n", Limits: &api.Limits{OutputBytes: ptr(int64(outputCap)), TimeoutMs: ptr(int64(60000))}})
+	pid := h.d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	stop := make(chan struct{})
 	peak, sampled := sampleRSS(pid, stop)
@@ -770,40 +753,11 @@ func runStreamAlternating(t *testing.T, h *hostile) string {
 func runStreamDisconnect(t *testing.T, h *hostile) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resp, err := postStream(ctx, h.d, "/v1/execute", h.withInject(map[string]any{
-		"code":   "import itertools, time\nfor i in itertools.count():\n    print('x' * 100, i)\n    time.sleep(0.001)\n",
-		"limits": map[string]any{"timeout_ms": 60000, "output_bytes": 16 << 20},
-	}), api.MediaNDJSON)
+	resp, err := postStream(ctx, h.d, "/v1/execute", h.d.withInject(api.ExecuteRequest{Code: "import itertools, time\nfor i in itertools.count():\n    print('x' * 100, i)\n    time.sleep(0.001)\n", Limits: &api.Limits{TimeoutMs: ptr(int64(60000)), OutputBytes: ptr(int64(16 << 20))}}), api.MediaNDJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &eventReader{br: bufio.NewReader(resp.Body)}
-	var start api.EventStartData
-	for {
-		ev, err := r.next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Event == api.EventStart {
-			_ = json.Unmarshal(ev.Data, &start)
-			h.noteRun(start.RunID)
-		}
-		if ev.Event == api.EventStdout {
-			break
-		}
-	}
-	pids := h.cg.jailProcs(start.RunID)
-	if len(pids) == 0 {
-		t.Fatalf("run %s has no processes while it prints", start.RunID)
-	}
-	cancel()
-	resp.Body.Close()
-	gone := time.Now()
-	waitFor(t, 20*time.Second, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
-	if took := time.Since(gone); took > 5*time.Second {
-		t.Errorf("the run died %v after the disconnect", took)
-	}
-	waitFor(t, 20*time.Second, "the run's jail to be torn down", func() bool { return !h.cg.live()[start.RunID] })
+	dropAfterOutput(t, resp, cancel, h.cg, h.noteRun, disconnectBounds{wait: 20 * time.Second, die: 5 * time.Second, down: 20 * time.Second})
 	return "the run's processes died after the disconnect (timeout 60 s) and its jail was torn down"
 }
 
@@ -815,14 +769,14 @@ func runStoreGuess(t *testing.T, h *hostile) string {
 	}
 	for _, id := range ids {
 		for _, req := range []struct{ method, path string }{{"GET", "/v1/files/" + id}, {"GET", "/v1/files/" + id + "/meta"}, {"DELETE", "/v1/files/" + id}} {
-			status, _, raw := curlNobody(t, h.d.socket, req.method, req.path, nil, nil)
+			status, _, raw := curlNobody(t, h.d.Socket, req.method, req.path, nil, nil)
 			var e api.ErrorBody
 			if err := strictJSON(raw, &e); status != http.StatusNotFound || err != nil || e.Error.Type != "not_found" || e.Error.Message != "no file "+id {
 				t.Errorf("%s %s as uid 65534: HTTP %d (%v) %s, want 404 not_found \"no file %s\"", req.method, req.path, status, err, short(string(raw)), id)
 			}
 		}
 	}
-	status, _, raw := curlNobody(t, h.d.socket, "GET", "/v1/files", nil, nil)
+	status, _, raw := curlNobody(t, h.d.Socket, "GET", "/v1/files", nil, nil)
 	var fl api.FileList
 	if err := strictJSON(raw, &fl); status != http.StatusOK || err != nil || len(fl.Files) != 0 {
 		t.Errorf("GET /v1/files as uid 65534: HTTP %d (%v) %s, want an empty list", status, err, short(string(raw)))
@@ -844,7 +798,7 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 	var bad []string
 	for _, p := range paths {
 		for _, method := range []string{"GET", "DELETE"} {
-			status, _, raw := curlNobody(t, h.d.socket, method, "/v1/files/"+p, nil, nil)
+			status, _, raw := curlNobody(t, h.d.Socket, method, "/v1/files/"+p, nil, nil)
 			var e api.ErrorBody
 			if err := strictJSON(raw, &e); status != http.StatusNotFound || err != nil || e.Error.Type != "not_found" {
 				bad = append(bad, fmt.Sprintf("%s %s as uid 65534: HTTP %d %s", method, short(p), status, short(string(raw))))
@@ -853,7 +807,7 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 			if err != nil {
 				t.Fatalf("%s: %v", short(p), err)
 			}
-			resp, err := h.d.client.Do(req)
+			resp, err := h.d.Client.Do(req)
 			if err != nil {
 				t.Fatalf("%s %s as root: %v", method, short(p), err)
 			}
@@ -879,13 +833,13 @@ func runStorePathIDs(t *testing.T, h *hostile) string {
 func runStoreOtherUID(t *testing.T, h *hostile) string {
 	victim := h.rootUpload(t, "victim.txt", []byte("root's secret data"))
 	unknown := "f-" + randHex(16)
-	files := func(id string) []map[string]any { return []map[string]any{{"path": "x.txt", "file_id": id}} }
+	files := func(id string) []api.FileIn { return []api.FileIn{{Path: "x.txt", FileID: id}} }
 	readX := "print(open('x.txt').read())"
 	var obs []string
 	// The message for root's id must be the one for an unknown id.
 	for _, id := range []string{victim.FileID, unknown} {
-		body, _ := json.Marshal(map[string]any{"code": readX, "files": files(id)})
-		status, _, raw := curlAs(t, h.d.socket, "POST", "/v1/execute", string(body))
+		body, _ := json.Marshal(api.ExecuteRequest{Code: readX, Files: files(id)})
+		status, _, raw := curlAs(t, h.d.Socket, "POST", "/v1/execute", string(body))
 		o := wantStoreErr(t, "execute with "+id, status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+id)
 		if id == victim.FileID {
 			obs = append(obs, "execute: "+o)
@@ -893,19 +847,19 @@ func runStoreOtherUID(t *testing.T, h *hostile) string {
 	}
 	ss := h.sessions(t)
 	defer ss.closeAll()
-	if s, status, raw := ss.openNobody(map[string]any{"files": files(victim.FileID)}); s != nil {
+	if s, status, raw := ss.openNobody(api.SessionCreateRequest{Files: files(victim.FileID)}); s != nil {
 		t.Errorf("uid 65534 created a session with root's file")
 	} else {
 		obs = append(obs, "session creation: "+wantStoreErr(t, "session creation", status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+victim.FileID))
 	}
-	s, status, raw := ss.openNobody(nil)
+	s, status, raw := ss.openNobody(api.SessionCreateRequest{})
 	if s == nil {
 		t.Fatalf("create a session as uid 65534: HTTP %d: %s", status, raw)
 	}
-	status, raw = ss.request(true, "POST", "/v1/sessions/"+s.id+"/execute", map[string]any{"code": readX, "files": files(victim.FileID)})
+	status, raw = ss.request(true, "POST", "/v1/sessions/"+s.id+"/execute", api.SessionExecuteRequest{Code: readX, Files: files(victim.FileID)})
 	obs = append(obs, "session call: "+wantStoreErr(t, "session call", status, raw, http.StatusNotFound, "not_found", "files[0].file_id", "no file "+victim.FileID))
 	ss.del(s)
-	r := h.exec(t, map[string]any{"code": readX, "files": files(victim.FileID)})
+	r := h.exec(t, api.ExecuteRequest{Code: readX, Files: files(victim.FileID)})
 	if wantStatus(t, r, "ok"); r.Stdout != "root's secret data\n" {
 		t.Errorf("root's run read %q", r.Stdout)
 	}
@@ -1061,11 +1015,11 @@ func runStoreStalledHeaders(t *testing.T, h *hostile) string {
 	const n = 32
 	bin, dir := buildNobodyProgram(t, headerHolderSrc)
 	defer os.RemoveAll(dir)
-	pid := h.d.cmd.Process.Pid
+	pid := h.d.Cmd.Process.Pid
 	base := vmRSS(pid)
 	stop := make(chan struct{})
 	peak, sampled := sampleRSS(pid, stop)
-	cmd := exec.Command(bin, h.d.socket, fmt.Sprint(n), fmt.Sprint(10<<20-4096), "4s")
+	cmd := exec.Command(bin, h.d.Socket, fmt.Sprint(n), fmt.Sprint(10<<20-4096), "4s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -1117,15 +1071,14 @@ func runStoreFull(t *testing.T, h *hostile) string {
 	obs = append(obs, "raw upload: "+wantStoreErr(t, "raw upload", status, raw, http.StatusInsufficientStorage, "insufficient_storage", "max_total_bytes"))
 	status, raw = h.nobodyUpload(t, "", "multipart/form-data; boundary=b", multipartBody("b", 0, `Content-Disposition: form-data; name="file"; filename="more.bin"`, "xy"))
 	obs = append(obs, "multipart upload: "+wantStoreErr(t, "multipart upload", status, raw, http.StatusInsufficientStorage, "insufficient_storage", "max_total_bytes"))
-	r := h.nobodyExec(t, map[string]any{"code": "open('out.txt', 'w').write('result')\nprint(len(open('in.bin', 'rb').read()))",
-		"files": []map[string]any{{"path": "in.bin", "file_id": n1.FileID}}, "return_files": []string{"out.txt"}, "return_files_as": api.ReturnStore})
+	r := h.nobodyExec(t, api.ExecuteRequest{Code: "open('out.txt', 'w').write('result')\nprint(len(open('in.bin', 'rb').read()))", Files: []api.FileIn{{Path: "in.bin", FileID: n1.FileID}}, ReturnFiles: []string{"out.txt"}, ReturnFilesAs: api.ReturnStore})
 	wantStatus(t, r, "ok")
 	if r.Stdout != fmt.Sprintf("%d\n", len(chunk)) {
 		t.Errorf("uid 65534's run read %q of its stored file", r.Stdout)
 	}
 	obs = append(obs, "uid 65534's run (with its stored file as input): HTTP 200, "+notStored(t, r, "max_total_bytes", "out.txt"))
 	h.print1(t)
-	if r := h.nobodyExec(t, map[string]any{"code": "print(1)"}); r.Status != "ok" || r.Stdout != "1\n" {
+	if r := h.nobodyExec(t, api.ExecuteRequest{Code: "print(1)"}); r.Status != "ok" || r.Stdout != "1\n" {
 		t.Errorf("uid 65534's print(1): %+v", r)
 	}
 	if status, data := h.rootDo(t, "GET", "/v1/files/"+n1.FileID, "", nil); status != http.StatusOK || !bytes.Equal(data, chunk) {
@@ -1147,7 +1100,7 @@ func runStoreInputCopy(t *testing.T, h *hostile) string {
 	data := make([]byte, 1<<20)
 	_, _ = rand.Read(data)
 	in := h.rootUpload(t, "in.bin", data)
-	r := h.exec(t, map[string]any{"code": `import hashlib, json, os
+	r := h.exec(t, api.ExecuteRequest{Code: `import hashlib, json, os
 res = {'sha256': hashlib.sha256(open('in.bin', 'rb').read()).hexdigest()}
 with open('in.bin', 'r+b') as f: f.write(b'OVERWRITTEN')
 os.truncate('in.bin', 5)
@@ -1161,7 +1114,7 @@ for fd in os.listdir('/proc/self/fd'):
     except OSError: pass
 res['store_fds'] = [l for l in targets if '.data' in l or '/files' in l or 'f-' in l]
 print(json.dumps(res))
-`, "files": []map[string]any{{"path": "in.bin", "file_id": in.FileID}}})
+`, Files: []api.FileIn{{Path: "in.bin", FileID: in.FileID}}})
 	wantStatus(t, r, "ok")
 	got := outJSON(t, r)
 	if got["sha256"] != in.SHA256 || fmt.Sprint(got["links"]) != "2" || fmt.Sprint(got["store_fds"]) != "[]" {

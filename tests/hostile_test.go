@@ -12,16 +12,12 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -31,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // Categories, in the order of the issue.
@@ -58,7 +55,7 @@ type hcase struct {
 	id, cat, title, expect string
 
 	code  string
-	req   map[string]any
+	req   api.ExecuteRequest
 	check func(t *testing.T, r *api.ExecuteResponse) string
 
 	run func(t *testing.T, h *hostile) string
@@ -136,11 +133,8 @@ func startHostile(t *testing.T, networked bool) *hostile {
 	// GOMEMLIMIT makes the Go runtime hand freed memory back promptly, so
 	// that the daemon's RSS after a case measures what it still holds, not
 	// the peak of the largest response (see leak_test.go).
-	h.d, err = startTunedDaemon("socket_mode = \"0666\"\n", hostilePool,
-		[]string{"JAILD_HOSTILE_SECRET=" + h.secret, fmt.Sprintf("GOMEMLIMIT=%dMiB", hostileMemLimit>>20)}, tune)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.d = startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Pool: hostilePool,
+		Env: []string{"JAILD_HOSTILE_SECRET=" + h.secret, fmt.Sprintf("GOMEMLIMIT=%dMiB", hostileMemLimit>>20)}, Tune: tune})
 	if h.cg, err = cgroupsOf(h.d); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +150,7 @@ func startHostile(t *testing.T, networked bool) *hostile {
 }
 
 func (h *hostile) stop(t *testing.T) {
-	if err := h.d.stop(); err != nil {
+	if err := h.d.Stop(); err != nil {
 		t.Errorf("stop the hostile daemon: %v", err)
 	}
 }
@@ -173,7 +167,7 @@ func (h *hostile) noteRun(id string) {
 
 // exec posts an execute request and returns its 200 response, failing the
 // test on anything else.
-func (h *hostile) exec(t *testing.T, req map[string]any) *api.ExecuteResponse {
+func (h *hostile) exec(t *testing.T, req any) *api.ExecuteResponse {
 	t.Helper()
 	var raw json.RawMessage
 	status, _ := h.d.call(t, "POST", "/v1/execute", req, &raw)
@@ -254,10 +248,8 @@ func (h *hostile) runCase(t *testing.T, c hcase) string {
 	if c.run != nil {
 		return c.run(t, h)
 	}
-	req := map[string]any{"code": c.code}
-	for k, v := range c.req {
-		req[k] = v
-	}
+	req := c.req
+	req.Code = c.code
 	return c.check(t, h.exec(t, req))
 }
 
@@ -325,91 +317,6 @@ func runHostile(t *testing.T, networked bool) {
 	if !networked { // the report is of the suite without egress
 		checkReport(t, rows, len(cases))
 	}
-}
-
-// startTunedDaemon starts jaild as startDaemonPool does, with the test
-// configuration rewritten by tune and env added to the daemon's
-// environment.
-func startTunedDaemon(extra string, pool int, env []string, tune func(string) string) (*daemon, error) {
-	d, err := newTunedDaemon(extra, pool, tune)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.launch(env); err != nil {
-		os.RemoveAll(d.dir)
-		return nil, err
-	}
-	return d, nil
-}
-
-// newTunedDaemon prepares a daemon's directory and configuration without
-// starting it.
-func newTunedDaemon(extra string, pool int, tune func(string) string) (*daemon, error) {
-	dir, err := os.MkdirTemp("", "jd")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // unprivileged test callers reach the socket
-		return nil, err
-	}
-	cfgPath, err := writeConfig(dir, extra)
-	if err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		return nil, err
-	}
-	cfg := setPoolSize(string(b), pool)
-	if tune != nil {
-		cfg = tune(cfg)
-	}
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	return &daemon{dir: dir, socket: filepath.Join(dir, "s.sock"), log: &bytes.Buffer{}}, nil
-}
-
-// launch starts the daemon process on d.dir's configuration and waits
-// until its socket answers, or until it exits.
-func (d *daemon) launch(env []string) error {
-	d.cmd = exec.Command(filepath.Join(binDir, "jaild"), "--config", filepath.Join(d.dir, "jaild.toml"))
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		return err
-	}
-	d.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
-		},
-		MaxIdleConnsPerHost: 64,
-	}}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("unix", d.socket); err == nil {
-			c.Close()
-			return nil
-		}
-		// An exited child stays a zombie until it is waited for.
-		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
-		exited := strings.Contains(string(stat), ") Z ")
-		if exited || time.Now().After(deadline) {
-			d.cmd.Process.Kill()
-			err := d.cmd.Wait()
-			return fmt.Errorf("daemon did not come up (%v): %s", err, d.log.String())
-		}
-	}
-}
-
-var poolSizeKey = regexp.MustCompile(`(?m)^(plain_)?size = .*$`)
-
-// setPoolSize sets [pool] size and plain_size, whether or not the
-// harness's configuration has a [pool] table.
-func setPoolSize(cfg string, n int) string {
-	if strings.Contains(cfg, "\n[pool]\n") {
-		return poolSizeKey.ReplaceAllString(cfg, fmt.Sprintf("${1}size = %d", n))
-	}
-	return cfg + fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", n, n)
 }
 
 // setKeys sets TOML keys (each present once in the test configuration).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
@@ -30,22 +31,10 @@ func imagesSection(images map[string]string) string {
 // other images of images served beside it.
 func servingDaemon(t *testing.T, images map[string]string, env ...string) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", 0, env, func(c string) string {
+	return startDaemon(t, daemontest.Options{Env: env, Tune: func(c string) string {
 		c = setKeys(c, map[string]string{"image": fmt.Sprintf("%q", builtImage(t, "python"))})
 		return c + imagesSection(images)
-	})
-	if err != nil {
-		t.Fatalf("start jaild: %v", err)
-	}
-	t.Cleanup(func() {
-		if d.cmd.ProcessState != nil {
-			return // the test stopped it
-		}
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
+	}})
 }
 
 func (d *daemon) images(t *testing.T) map[string]api.ImageInfo {
@@ -65,10 +54,7 @@ func (d *daemon) images(t *testing.T) map[string]api.ImageInfo {
 // the error body.
 func execImage(t *testing.T, d *daemon, image, code string) (*api.ExecuteResponse, int, api.ErrorBody) {
 	t.Helper()
-	body := map[string]any{"code": code}
-	if image != "" {
-		body["image"] = image
-	}
+	body := api.ExecuteRequest{Code: code, Image: image}
 	var raw json.RawMessage
 	status, _ := d.call(t, "POST", "/v1/execute", body, &raw)
 	if status != 200 {
@@ -87,7 +73,7 @@ func execImage(t *testing.T, d *daemon, image, code string) (*api.ExecuteRespons
 func imageMounts(d *daemon) []string {
 	var out []string
 	for _, m := range mountinfo() {
-		if strings.HasPrefix(m.point, filepath.Join(d.dir, "run", "images")+"/") {
+		if strings.HasPrefix(m.point, filepath.Join(d.Dir, "run", "images")+"/") {
 			out = append(out, m.point)
 		}
 	}
@@ -143,23 +129,23 @@ print(sys.version_info[:2] >= (3, 9), [m for m in ('numpy', 'torch') if importli
 		t.Errorf("an unknown image: HTTP %d %+v", status, e)
 	}
 	var le api.ErrorBody
-	if status, _ := d.call(t, "POST", "/v1/lint", map[string]any{"code": "import os\n", "image": "python-minimal"}, &le); status != 400 || le.Error.Field != "image" || !strings.Contains(le.Error.Message, "no ruff") {
+	if status, _ := d.call(t, "POST", "/v1/lint", api.LintRequest{Code: "import os\n", Image: "python-minimal"}, &le); status != 400 || le.Error.Field != "image" || !strings.Contains(le.Error.Message, "no ruff") {
 		t.Errorf("lint in python-minimal: HTTP %d %+v", status, le)
 	}
 	var lint api.LintResponse
-	if status, _ := d.call(t, "POST", "/v1/lint", map[string]any{"code": "import os\n", "image": "python-ml"}, &lint); status != 200 || len(lint.Diagnostics) != 1 || lint.Diagnostics[0].Code != "F401" {
+	if status, _ := d.call(t, "POST", "/v1/lint", api.LintRequest{Code: "import os\n", Image: "python-ml"}, &lint); status != 200 || len(lint.Diagnostics) != 1 || lint.Diagnostics[0].Code != "F401" {
 		t.Errorf("lint in python-ml: HTTP %d %+v", status, lint)
 	}
 
 	// A session keeps its image across calls.
 	var s api.Session
-	if status, _ := d.call(t, "POST", "/v1/sessions", map[string]any{"image": "python-minimal"}, &s); status != 201 || s.Image != "python-minimal" {
+	if status, _ := d.call(t, "POST", "/v1/sessions", api.SessionCreateRequest{Image: "python-minimal"}, &s); status != 201 || s.Image != "python-minimal" {
 		t.Fatalf("session in python-minimal: HTTP %d %+v", status, s)
 	}
 	defer d.call(t, "DELETE", "/v1/sessions/"+s.SessionID, nil, nil)
 	for i, code := range []string{"import importlib.util; x = importlib.util.find_spec('numpy') is None", "print(x)"} {
 		var sr api.SessionExecuteResponse
-		if status, _ := d.call(t, "POST", "/v1/sessions/"+s.SessionID+"/execute", map[string]any{"code": code}, &sr); status != 200 || sr.Status != "ok" || sr.Image != "python-minimal" || (i == 1 && sr.Stdout != "True\n") {
+		if status, _ := d.call(t, "POST", "/v1/sessions/"+s.SessionID+"/execute", api.SessionExecuteRequest{Code: code}, &sr); status != 200 || sr.Status != "ok" || sr.Image != "python-minimal" || (i == 1 && sr.Stdout != "True\n") {
 			t.Errorf("session call %d: HTTP %d %+v", i, status, sr)
 		}
 	}
@@ -170,7 +156,7 @@ print(sys.version_info[:2] >= (3, 9), [m for m in ('numpy', 'torch') if importli
 // the log: "reloaded" or "reload refused". It returns that log line.
 func reloadDaemon(t *testing.T, d *daemon, images map[string]string) string {
 	t.Helper()
-	p := filepath.Join(d.dir, "jaild.toml")
+	p := filepath.Join(d.Dir, "jaild.toml")
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -179,13 +165,13 @@ func reloadDaemon(t *testing.T, d *daemon, images map[string]string) string {
 	if err := os.WriteFile(p, []byte(cfg+imagesSection(images)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := strings.Count(d.log.String(), `"msg":"reload`)
-	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	before := strings.Count(d.Log.String(), `"msg":"reload`)
+	if err := d.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	var line string
 	waitFor(t, 60*time.Second, "the reload", func() bool {
-		lines := strings.Split(d.log.String(), "\n")
+		lines := strings.Split(d.Log.String(), "\n")
 		n := 0
 		for _, l := range lines {
 			if strings.Contains(l, `"msg":"reload`) {
@@ -229,9 +215,9 @@ func TestImagesReload(t *testing.T) {
 	minimal, ml := builtImage(t, "python-minimal"), builtImage(t, "python-ml")
 	tampered := copyImage(t, minimal, 1<<20)
 	t.Run("tampered at start", func(t *testing.T) {
-		_, err := startTunedDaemon("", 0, nil, func(c string) string {
+		_, err := newDaemon(daemontest.Options{Tune: func(c string) string {
 			return c + imagesSection(map[string]string{"python-minimal": tampered})
-		})
+		}})
 		if err == nil || !strings.Contains(err.Error(), "images.python-minimal") || !strings.Contains(err.Error(), "does not match") {
 			t.Fatalf("a daemon with a tampered image started, or said: %v", err)
 		}
@@ -250,21 +236,21 @@ func TestImagesReload(t *testing.T) {
 		ch := make(chan *api.ExecuteResponse, 1)
 		go func() {
 			var r api.ExecuteResponse
-			d.call(t, "POST", "/v1/execute", map[string]any{"image": image, "code": "import time, sys\ntime.sleep(3)\nprint(sys.version_info[0])"}, &r)
+			d.call(t, "POST", "/v1/execute", api.ExecuteRequest{Image: image, Code: "import time, sys\ntime.sleep(3)\nprint(sys.version_info[0])"}, &r)
 			ch <- &r
 		}()
 		return ch
 	}
 	session := func(image string) string {
 		var s api.Session
-		if status, _ := d.call(t, "POST", "/v1/sessions", map[string]any{"image": image}, &s); status != 201 || s.Image != image {
+		if status, _ := d.call(t, "POST", "/v1/sessions", api.SessionCreateRequest{Image: image}, &s); status != 201 || s.Image != image {
 			t.Fatalf("session in %s: HTTP %d %+v", image, status, s)
 		}
 		return s.SessionID
 	}
 	call := func(id, code string) string {
 		var r api.SessionExecuteResponse
-		if status, _ := d.call(t, "POST", "/v1/sessions/"+id+"/execute", map[string]any{"code": code}, &r); status != 200 || r.Status != "ok" {
+		if status, _ := d.call(t, "POST", "/v1/sessions/"+id+"/execute", api.SessionExecuteRequest{Code: code}, &r); status != 200 || r.Status != "ok" {
 			t.Errorf("session call: HTTP %d %+v", status, r)
 		}
 		return r.Stdout
@@ -349,7 +335,7 @@ func TestImagesReload(t *testing.T) {
 	if got := imageMounts(d); len(got) != 1 {
 		t.Errorf("after the refused reloads: mounts %v", got)
 	}
-	m := scrapeURL(t, d.client, "http://jaild/metrics")
+	m := scrapeURL(t, d.Client, "http://jaild/metrics")
 	k := metricstest.Key
 	infos := 0
 	for key := range m {
@@ -375,7 +361,7 @@ func TestImagesReload(t *testing.T) {
 		pooled = size
 		return ready == size
 	})
-	if alive := scrapeURL(t, d.client, "http://jaild/metrics")[k("jaild_jails_alive")]; int(alive) != pooled {
+	if alive := scrapeURL(t, d.Client, "http://jaild/metrics")[k("jaild_jails_alive")]; int(alive) != pooled {
 		t.Errorf("%v jails alive after the reloads, want the pools' %d", alive, pooled)
 	}
 	cg, err := cgroupsOf(d)
@@ -385,7 +371,7 @@ func TestImagesReload(t *testing.T) {
 	if live := cg.live(); len(live) != pooled {
 		t.Errorf("%d jail cgroups after the reloads, want the pools' %d", len(live), pooled)
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if got := imageMounts(d); len(got) != 0 {

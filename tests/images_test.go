@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // imagesRoot is the cache directory the images were built into
@@ -71,27 +72,15 @@ func readManifest(t *testing.T, dir string) imageManifest {
 // pool jails of each kind that preload nothing.
 func imageDaemon(t *testing.T, dir string, pool int) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", pool, nil, func(c string) string {
+	return startDaemon(t, daemontest.Options{Pool: pool, Tune: func(c string) string {
 		c = strings.Replace(c, "[pool]\n", "[pool]\npreimport = []\n", 1)
 		return setKeys(c, map[string]string{"image": strconv.Quote(dir)})
-	})
-	if err != nil {
-		t.Fatalf("start jaild on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return d
+	}})
 }
 
-func execIn(t *testing.T, d *daemon, code string, limits map[string]any) *api.ExecuteResponse {
+func execIn(t *testing.T, d *daemon, code string, limits *api.Limits) *api.ExecuteResponse {
 	t.Helper()
-	body := map[string]any{"code": code}
-	if limits != nil {
-		body["limits"] = limits
-	}
+	body := api.ExecuteRequest{Code: code, Limits: limits}
 	var r api.ExecuteResponse
 	if status, _ := d.call(t, "POST", "/v1/execute", body, &r); status != 200 {
 		t.Fatalf("execute: HTTP %d", status)
@@ -175,7 +164,7 @@ for step in range(50):
     loss.backward()
     opt.step()
     losses.append(loss.item())
-print(losses[-1] < losses[0] / 10, len(losses))`, map[string]any{"timeout_ms": 60000})
+print(losses[-1] < losses[0] / 10, len(losses))`, &api.Limits{TimeoutMs: ptr(int64(60000))})
 		want := "15.0 [[5.0, 14.0], [14.0, 50.0]]\nTrue 50\n"
 		if r.Status != "ok" || r.Stdout != want {
 			t.Errorf("torch: %s %q, stderr %q, error %+v; want %q", r.Status, r.Stdout, r.Stderr, r.Error, want)

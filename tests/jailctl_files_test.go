@@ -25,7 +25,7 @@ func TestJailctlFiles(t *testing.T) {
 	d := fsStartDaemon(t, "")
 	ctl := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
-		return jailctlAt(t, d.socket, stdin, args...)
+		return jailctlAt(t, d.Socket, stdin, args...)
 	}
 	dir := t.TempDir()
 
@@ -123,7 +123,7 @@ func TestJailctlFiles(t *testing.T) {
 	if err := os.WriteFile(bigPath, big, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "exec", "--file", bigPath+":data/big.bin", "-c",
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "exec", "--file", bigPath+":data/big.bin", "-c",
 		"import hashlib, os, sys, time\nb = open('data/big.bin', 'rb').read()\nprint(len(b), hashlib.sha256(b).hexdigest(), flush=True)\ntime.sleep(1.5)\n")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -177,7 +177,7 @@ poll:
 		t.Errorf("exec --file of 3 MiB, timed out: exit %d %q; want 124", code, errOut)
 	}
 	fsCheckStoreHolds(t, d)
-	cmd = exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "exec", "--file", bigPath, "-c", "import time\nprint('started', flush=True)\ntime.sleep(30)\n")
+	cmd = exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "exec", "--file", bigPath, "-c", "import time\nprint('started', flush=True)\ntime.sleep(30)\n")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

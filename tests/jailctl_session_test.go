@@ -22,7 +22,7 @@ func TestJailctlSession(t *testing.T) {
 	d := startSessionDaemon(t, 0)
 	ctl := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
-		return jailctlAt(t, d.socket, stdin, args...)
+		return jailctlAt(t, d.Socket, stdin, args...)
 	}
 	show := func(id string) api.Session {
 		t.Helper()
@@ -71,7 +71,7 @@ func TestJailctlSession(t *testing.T) {
 	// it is in the loop.
 	startLoop := func() (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "session", "exec", "--timeout-ms", "30000", id, "-c", "y = 5\nwhile True: pass")
+		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "session", "exec", "--timeout-ms", "30000", id, "-c", "y = 5\nwhile True: pass")
 		var o, e bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &e
 		if err := cmd.Start(); err != nil {

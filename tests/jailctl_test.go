@@ -13,7 +13,7 @@ import (
 // jailctl runs the built jailctl against the shared daemon.
 func jailctl(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	return jailctlAt(t, shared.socket, stdin, args...)
+	return jailctlAt(t, shared.Socket, stdin, args...)
 }
 
 // jailctlAt runs the built jailctl against the daemon on socket.

@@ -2,11 +2,8 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // TestKubernetesManifests runs the tests of deploy/kubernetes/test, a
@@ -74,19 +72,12 @@ func TestKubernetesManifests(t *testing.T) {
 	// A daemon with two run slots and one queue place that a run may hold
 	// for long (the test daemons' queue_wait is 1 s).
 	d := startProbeDaemon(t)
-	defer func() {
-		if d.cmd.ProcessState == nil {
-			if err := d.stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	}()
 	probe := func(argv []string) (string, int) {
 		t.Helper()
 		a := append([]string(nil), argv...)
 		for i := range a {
 			if a[i] == probes.Socket {
-				a[i] = d.socket
+				a[i] = d.Socket
 			}
 		}
 		out, err := exec.Command(a[0], a[1:]...).CombinedOutput()
@@ -107,7 +98,7 @@ func TestKubernetesManifests(t *testing.T) {
 
 	// Fill both slots and the queue place.
 	post := func(code string) {
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(code))
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(code))
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -131,7 +122,7 @@ func TestKubernetesManifests(t *testing.T) {
 		break
 	}
 	if !full {
-		t.Fatalf("the readiness probe never failed while three runs filled two slots and the queue\n%s", d.log.String())
+		t.Fatalf("the readiness probe never failed while three runs filled two slots and the queue\n%s", d.Log.String())
 	}
 	ready := false
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !ready; time.Sleep(200 * time.Millisecond) {
@@ -139,7 +130,7 @@ func TestKubernetesManifests(t *testing.T) {
 		ready = code == 0
 	}
 	if !ready {
-		t.Fatalf("the readiness probe still fails after the runs ended\n%s", d.log.String())
+		t.Fatalf("the readiness probe still fails after the runs ended\n%s", d.Log.String())
 	}
 
 	// SIGTERM (the kubelet's, after preStop) with a run in flight: the
@@ -155,7 +146,7 @@ func TestKubernetesManifests(t *testing.T) {
 	done := make(chan struct{})
 	go func() { post(`{"code":"import time\ntime.sleep(3)"}`); close(done) }()
 	waitFor(t, 10*time.Second, "the run to start", func() bool { return capacity().Running > 0 })
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the readiness probe to fail after SIGTERM", func() bool {
@@ -163,55 +154,20 @@ func TestKubernetesManifests(t *testing.T) {
 		return code != 0
 	})
 	<-done
-	if err := d.cmd.Wait(); err != nil {
-		t.Errorf("jaild after SIGTERM: %v\n%s", err, d.log.String())
+	if err := d.WaitExit(); err != nil {
+		t.Errorf("jaild after SIGTERM: %v\n%s", err, d.Log.String())
 	}
-	os.RemoveAll(d.dir)
 }
 
 // startProbeDaemon starts a daemon of the test configuration with one
 // queue place that a request may hold for 30 s.
 func startProbeDaemon(t *testing.T) *daemon {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "jd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfgPath, err := writeConfig(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(strings.Replace(string(b), "queue_size = 2\n", "queue_size = 1\n", 1), `queue_wait = "1s"`, `queue_wait = "30s"`, 1)
-	if cfg == string(b) || !strings.Contains(cfg, `queue_wait = "30s"`) || !strings.Contains(cfg, "queue_size = 1\n") {
-		t.Fatal("the test configuration has no queue_size = 2 and queue_wait = \"1s\" to change")
-	}
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{dir: dir, socket: filepath.Join(dir, "s.sock"), log: &bytes.Buffer{}}
-	d.cmd = exec.Command(filepath.Join(binDir, "jaild"), "--config", cfgPath)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
-		},
-	}}
-	waitFor(t, 60*time.Second, "the daemon's socket", func() bool {
-		if d.cmd.ProcessState != nil {
-			t.Fatalf("jaild exited\n%s", d.log.String())
+	return startDaemon(t, daemontest.Options{Tune: func(cfg string) string {
+		c := strings.Replace(strings.Replace(cfg, "queue_size = 2\n", "queue_size = 1\n", 1), `queue_wait = "1s"`, `queue_wait = "30s"`, 1)
+		if c == cfg || !strings.Contains(c, `queue_wait = "30s"`) || !strings.Contains(c, "queue_size = 1\n") {
+			panic("the test configuration has no queue_size = 2 and queue_wait = \"1s\" to change")
 		}
-		_, err := os.Stat(d.socket)
-		return err == nil
-	})
-	return d
+		return c
+	}})
 }

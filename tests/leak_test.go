@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	jaillib "github.com/jaild/jaild/internal/jail"
 )
 
@@ -58,16 +59,16 @@ var cgroupNameKey = regexp.MustCompile(`(?m)^cgroup_name = "([^"]+)"`)
 // cgroupsOf finds a running daemon's jail cgroup parents from its own
 // /proc/<pid>/cgroup, the host's cgroup mounts and its configuration.
 func cgroupsOf(d *daemon) (*jailCgroups, error) {
-	cfg, err := os.ReadFile(filepath.Join(d.dir, "jaild.toml"))
+	cfg, err := os.ReadFile(filepath.Join(d.Dir, "jaild.toml"))
 	if err != nil {
 		return nil, err
 	}
 	m := cgroupNameKey.FindSubmatch(cfg)
 	if m == nil {
-		return nil, fmt.Errorf("no cgroup_name in %s", d.dir)
+		return nil, fmt.Errorf("no cgroup_name in %s", d.Dir)
 	}
 	name := string(m[1])
-	own, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", d.cmd.Process.Pid))
+	own, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", d.Cmd.Process.Pid))
 	if err != nil {
 		return nil, err
 	}
@@ -160,28 +161,9 @@ func mountinfo() []mountEntry {
 		if len(a) < 5 || len(b) < 3 {
 			continue
 		}
-		out = append(out, mountEntry{point: unescapeMount(a[4]), fstype: b[0], source: b[1], superOpts: b[2]})
+		out = append(out, mountEntry{point: daemontest.UnescapeMount(a[4]), fstype: b[0], source: b[1], superOpts: b[2]})
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, ...).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // live returns the ids of the daemon's jails that exist now (in any
@@ -253,8 +235,8 @@ type snapshot struct {
 
 func (h *hostile) snapshot(t *testing.T) *snapshot {
 	t.Helper()
-	h.d.client.CloseIdleConnections()
-	pid := h.d.cmd.Process.Pid
+	h.d.Client.CloseIdleConnections()
+	pid := h.d.Cmd.Process.Pid
 	// Connections just closed by clients take the daemon a moment to
 	// close too: wait until its fds are the same three reads in a row.
 	fds := daemonOtherFds(pid)
@@ -269,8 +251,8 @@ func (h *hostile) snapshot(t *testing.T) *snapshot {
 	return &snapshot{
 		otherFds: fds,
 		rss:      vmRSS(pid),
-		runDir:   dirNames(filepath.Join(h.d.dir, "run")),
-		dir:      dirNames(h.d.dir),
+		runDir:   dirNames(filepath.Join(h.d.Dir, "run")),
+		dir:      dirNames(h.d.Dir),
 		sysvipc:  sysvIPC(),
 		keys:     jailKeys(),
 		jails:    len(h.cg.live()) + h.otherDaemonJails(),
@@ -470,11 +452,11 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 		t.Errorf("leak check: %s", msg)
 		leaks = append(leaks, msg)
 	}
-	if h.d.cmd.ProcessState != nil || h.d.cmd.Process.Signal(syscall.Signal(0)) != nil {
+	if !h.d.Running() || h.d.Cmd.Process.Signal(syscall.Signal(0)) != nil {
 		leak("the daemon is gone")
 		return strings.Join(leaks, "; ")
 	}
-	h.d.client.CloseIdleConnections()
+	h.d.Client.CloseIdleConnections()
 
 	// 0. With egress: no run's link, chain or rule is left.
 	if h.netTable != "" {
@@ -512,7 +494,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			leak("session %s of uid %d is still %s", s.SessionID, s.UID, s.State)
 		}
 	}
-	h.d.client.CloseIdleConnections()
+	h.d.Client.CloseIdleConnections()
 
 	h.mu.Lock()
 	ids := append([]string(nil), h.runIDs...)
@@ -521,7 +503,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 	for _, im := range h.info(t).Images {
 		poolSize += im.Pool.Size + im.Pool.PlainSize
 	}
-	h.d.client.CloseIdleConnections()
+	h.d.Client.CloseIdleConnections()
 	cur := &snapshot{}
 	var why string
 	clean := func() bool {
@@ -533,7 +515,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 				return false
 			}
 			for _, sub := range []string{"runs", "state"} {
-				if _, err := os.Lstat(filepath.Join(h.d.dir, "run", sub, id)); err == nil {
+				if _, err := os.Lstat(filepath.Join(h.d.Dir, "run", sub, id)); err == nil {
 					why = sub + "/" + id + " still exists"
 					return false
 				}
@@ -549,7 +531,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			return false
 		}
 		for _, sub := range []string{"runs", "state"} {
-			for _, name := range dirNames(filepath.Join(h.d.dir, "run", sub)) {
+			for _, name := range dirNames(filepath.Join(h.d.Dir, "run", sub)) {
 				if !live[name] {
 					why = fmt.Sprintf("%s/%s belongs to no live jail", sub, name)
 					return false
@@ -558,7 +540,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 		}
 		// 3. No mounts but the rootfs and the live jails' run directories.
 		for _, m := range mountinfo() {
-			rel, err := filepath.Rel(h.d.dir, m.point)
+			rel, err := filepath.Rel(h.d.Dir, m.point)
 			if err != nil || strings.HasPrefix(rel, "..") {
 				continue
 			}
@@ -588,14 +570,14 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			return false
 		}
 		// 6. No new files in the daemon's directories.
-		cur.runDir, cur.dir = dirNames(filepath.Join(h.d.dir, "run")), dirNames(h.d.dir)
+		cur.runDir, cur.dir = dirNames(filepath.Join(h.d.Dir, "run")), dirNames(h.d.Dir)
 		if d := diff(h.base.runDir, cur.runDir) + diff(h.base.dir, cur.dir); d != "" {
 			why = "daemon directories: " + d
 			return false
 		}
 		// 7. The daemon's fds are back to the baseline (apart from live
 		// jails'), and its RSS within noise.
-		cur.otherFds = daemonOtherFds(h.d.cmd.Process.Pid)
+		cur.otherFds = daemonOtherFds(h.d.Cmd.Process.Pid)
 		if d := diff(h.base.otherFds, cur.otherFds); d != "" {
 			why = "daemon fds: " + d
 			return false
@@ -609,15 +591,15 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
-		h.d.client.CloseIdleConnections()
+		h.d.Client.CloseIdleConnections()
 	}
-	if rss := vmRSS(h.d.cmd.Process.Pid); rss > h.rssCeiling(rssCaseSlack) {
+	if rss := vmRSS(h.d.Cmd.Process.Pid); rss > h.rssCeiling(rssCaseSlack) {
 		leak("daemon RSS %d MiB, over %d MiB (baseline %d MiB, GOMEMLIMIT %d MiB)", rss>>20, h.rssCeiling(rssCaseSlack)>>20, h.base.rss>>20, hostileMemLimit>>20)
 	}
-	if strings.Contains(h.d.log.String(), "too many open files") {
+	if strings.Contains(h.d.Log.String(), "too many open files") {
 		leak("the daemon's log mentions EMFILE")
 	}
-	if strings.Contains(h.d.log.String(), "panic:") {
+	if strings.Contains(h.d.Log.String(), "panic:") {
 		leak("the daemon's log has a panic")
 	}
 	return strings.Join(leaks, "; ")
@@ -628,7 +610,7 @@ func (h *hostile) checkLeaks(t *testing.T) string {
 func (h *hostile) checkFlat(t *testing.T, cases int) {
 	t.Helper()
 	h.waitPoolFull(t)
-	h.d.client.CloseIdleConnections()
+	h.d.Client.CloseIdleConnections()
 	var cur *snapshot
 	deadline := time.Now().Add(60 * time.Second)
 	for {

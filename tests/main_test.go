@@ -6,18 +6,19 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 var (
@@ -51,13 +52,13 @@ func setup(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		return 1
 	}
-	shared, err = startDaemon("", "socket_mode = \"0666\"\n") // unprivileged callers too
+	shared, err = newDaemon(daemontest.Options{Config: "socket_mode = \"0666\"\n"}) // unprivileged callers too
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start jaild:", err)
 		return 1
 	}
 	code := m.Run()
-	if err := shared.stop(); err != nil {
+	if err := shared.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop jaild:", err)
 		code = 1
 	}
@@ -66,17 +67,14 @@ func setup(m *testing.M) int {
 
 // daemon is a jaild process on a temporary socket.
 type daemon struct {
-	dir    string
-	socket string
-	cmd    *exec.Cmd
-	log    *bytes.Buffer
-	client *http.Client
-	// inject adds its fields to every execute request sent by call with a
-	// map body (the hostile suite with egress: "network": "internet").
+	*daemontest.Daemon
+	// inject adds its fields to every execute request sent by call (the
+	// hostile suite with egress: "network": "internet"); see withInject.
 	inject map[string]any
 }
 
-// baseConfig is the test daemons' configuration; extra is appended.
+// baseConfig is the test daemons' configuration, after a test's own
+// top-level keys.
 const baseConfig = `
 socket_group = ""
 host_id_base = 1300000000
@@ -92,105 +90,89 @@ burst = 1000
 daily_quota = 3
 `
 
-func writeConfig(dir, extra string) (string, error) { return writeConfigPool(dir, extra, 0) }
-
-func writeConfigPool(dir, extra string, pool int) (string, error) {
-	// extra holds top-level keys, so it goes before baseConfig's sections.
-	// Daemons running at once must not share a cgroup name: each one's
-	// start-up sweep would take the others' jails for leftovers.
-	// Nor may they flip the host's favordynmods under each other (each
-	// clears what it set when it stops); internal/jail's tests and the VM
-	// suite cover it.
-	cfg := fmt.Sprintf("socket = %q\nrun_dir = %q\ncgroup_name = %q\nimage = %q\nseccomp_profile = %q\ncgroup_favordynmods = false\n",
-		filepath.Join(dir, "s.sock"), filepath.Join(dir, "run"), "test-"+filepath.Base(dir), imageDir, profile) + extra + baseConfig +
-		// The daemon's file store lives in its directory, never in
-		// /var/lib/jaild; a test that tunes [files] edits this section.
-		fmt.Sprintf("[files]\ndir = %q\n", filepath.Join(dir, "files")) +
-		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", pool, pool)
-	p := filepath.Join(dir, "jaild.toml")
-	return p, os.WriteFile(p, []byte(cfg), 0o644)
+// testOptions completes o for a test daemon: this tree's jaild, the test
+// image and profile, and the test configuration with o.Config's top-level
+// keys before its sections (daemontest gives each daemon its own cgroup
+// name, and its file store in its directory, never /var/lib/jaild).
+// Daemons running at once must not flip the host's favordynmods under
+// each other (each clears what it set when it stops): internal/jail's
+// tests and the VM suite cover it.
+func testOptions(o daemontest.Options) daemontest.Options {
+	o.Binary, o.Image, o.Profile, o.Conns = filepath.Join(binDir, "jaild"), imageDir, profile, 64
+	o.Config = "cgroup_favordynmods = false\n" + o.Config + baseConfig
+	return o
 }
 
-// startDaemon starts jaild with the test config (plus extra top-level
-// TOML keys) and waits for its socket. activator, if set, starts it under
-// systemd-socket-activate on that socket instead: jaild then starts on the
-// first connection.
-func startDaemon(activator string, extra string) (*daemon, error) {
-	return startDaemonPool(activator, extra, 0)
-}
-
-// startDaemonPool is startDaemon with a warm pool of pool preloaded and
-// pool plain jails (the other test daemons have none, so that their jails
-// are exactly their runs').
-func startDaemonPool(activator string, extra string, pool int) (*daemon, error) {
-	dir, err := os.MkdirTemp("", "jd")
+// newDaemon starts a test daemon of o; the caller stops it.
+func newDaemon(o daemontest.Options) (*daemon, error) {
+	d, err := daemontest.Start(testOptions(o))
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // unprivileged test callers reach the socket
-		return nil, err
-	}
-	cfgPath, err := writeConfigPool(dir, extra, pool)
+	return &daemon{Daemon: d}, nil
+}
+
+// prepareDaemon makes a test daemon's directory and configuration
+// without starting it.
+func prepareDaemon(o daemontest.Options) (*daemon, error) {
+	d, err := daemontest.Prepare(testOptions(o))
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{dir: dir, socket: filepath.Join(dir, "s.sock"), log: &bytes.Buffer{}}
-	argv := []string{filepath.Join(binDir, "jaild"), "--config", cfgPath}
-	if activator != "" {
-		argv = append([]string{"systemd-socket-activate", "-l", activator}, argv...)
-		d.socket = activator
-	}
-	d.cmd = exec.Command(argv[0], argv[1:]...)
-	d.cmd.Stderr = d.log
-	d.cmd.Stdout = d.log
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	d.client = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
-		},
-	}}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(d.socket); err == nil {
-			return d, nil
-		}
-		if d.cmd.ProcessState != nil || time.Now().After(deadline) {
-			d.cmd.Process.Kill()
-			return nil, fmt.Errorf("daemon did not come up: %s", d.log.String())
-		}
-	}
+	return &daemon{Daemon: d}, nil
 }
 
-func (d *daemon) stop() error {
-	_ = d.cmd.Process.Signal(os.Interrupt)
-	done := make(chan error, 1)
-	go func() { done <- d.cmd.Wait() }()
-	select {
-	case err := <-done:
-		os.RemoveAll(d.dir)
-		if err != nil {
-			return fmt.Errorf("%v\n%s", err, d.log.String())
-		}
-		return nil
-	case <-time.After(60 * time.Second):
-		d.cmd.Process.Kill()
-		return fmt.Errorf("daemon did not stop\n%s", d.log.String())
+// startDaemon starts a test daemon of o (o.Config: top-level keys; a
+// warm pool of o.Pool preloaded and o.Pool plain jails, none by default
+// so that a daemon's jails are exactly its runs'); t's cleanup stops it
+// and fails t if it does not stop cleanly or leaves mounts behind.
+func startDaemon(t testing.TB, o daemontest.Options) *daemon {
+	t.Helper()
+	return &daemon{Daemon: daemontest.New(t, testOptions(o))}
+}
+
+// activated starts a test daemon under systemd-socket-activate on socket:
+// jaild starts on the first connection.
+func activated(t testing.TB, socket string) *daemon {
+	t.Helper()
+	return startDaemon(t, daemontest.Options{Wrap: []string{"systemd-socket-activate", "-l", socket}, Socket: socket, Ready: daemontest.SocketExists})
+}
+
+// withInject adds the daemon's injected fields to a request (a map; an
+// api.ExecuteRequest or api.SessionCreateRequest gets only "network")
+// where the request does not set them; other bodies are sent as they are.
+func (d *daemon) withInject(body any) any {
+	if d.inject == nil {
+		return body
 	}
+	network, _ := d.inject["network"].(string)
+	switch b := body.(type) {
+	case map[string]any:
+		out := maps.Clone(d.inject)
+		maps.Copy(out, b)
+		return out
+	case api.ExecuteRequest:
+		if b.Network == "" {
+			b.Network = network
+		}
+		return b
+	case *api.ExecuteRequest:
+		c := *b
+		return d.withInject(c)
+	case api.SessionCreateRequest:
+		if b.Network == "" {
+			b.Network = network
+		}
+		return b
+	}
+	return body
 }
 
 // call sends a request and decodes the JSON answer into out (if non-nil).
 func (d *daemon) call(t *testing.T, method, path string, body any, out any) (int, http.Header) {
 	t.Helper()
-	if m, ok := body.(map[string]any); ok && d.inject != nil && path == "/v1/execute" {
-		withNet := map[string]any{}
-		for k, v := range d.inject {
-			withNet[k] = v
-		}
-		for k, v := range m {
-			withNet[k] = v
-		}
-		body = withNet
+	if path == "/v1/execute" {
+		body = d.withInject(body)
 	}
 	var rd io.Reader
 	switch b := body.(type) {
@@ -204,7 +186,7 @@ func (d *daemon) call(t *testing.T, method, path string, body any, out any) (int
 		rd = bytes.NewReader(j)
 	}
 	req, _ := http.NewRequest(method, "http://jaild"+path, rd)
-	resp, err := d.client.Do(req)
+	resp, err := d.Client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

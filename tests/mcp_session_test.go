@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sessionOutput is open_session's and close_session's structured content,
@@ -45,15 +46,22 @@ type sessionRunOutput struct {
 // startMCPStdio starts `jailctl mcp` on d's socket and connects to it.
 func startMCPStdio(ctx context.Context, t *testing.T, d *daemon) (*mcpClient, *exec.Cmd) {
 	t.Helper()
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), d.Socket, "jailctl mcp")
+	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}), cmd
+}
+
+// mcpCommand is `bin --socket socket mcp`, its stderr logged under name
+// if the test fails.
+func mcpCommand(t *testing.T, bin, socket, name string) *exec.Cmd {
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp")
+	cmd := exec.Command(bin, "--socket", socket, "mcp")
 	cmd.Stderr = &stderr
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
+			t.Logf("%s stderr:\n%s", name, stderr.String())
 		}
 	})
-	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}), cmd
+	return cmd
 }
 
 func (m *mcpClient) openSession(ctx context.Context, args map[string]any) sessionOutput {
@@ -100,15 +108,7 @@ func liveSessions(t *testing.T, d *daemon) []string {
 // a closed session, and sessions that end with the MCP connection, at
 // stdin's end and at SIGTERM.
 func TestMCPSessions(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	m, _ := startMCPStdio(ctx, t, d)
@@ -234,15 +234,7 @@ func TestMCPSessions(t *testing.T) {
 func TestMCPHTTPSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	cmd, url := startMCPHTTP(t, d)
 
 	a := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"mime"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -45,54 +44,46 @@ type mstNote struct {
 	p  *sdk.ProgressNotificationParams
 }
 
-// mstProgress records the progress notifications a client's handler gets.
-type mstProgress struct {
+// mstLog is a list one goroutine appends to while another reads it.
+type mstLog[T any] struct {
 	mu    sync.Mutex
-	notes []mstNote
+	items []T
 }
+
+func (l *mstLog[T]) add(v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.items = append(l.items, v)
+}
+
+func (l *mstLog[T]) since(i int) []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.items[i:])
+}
+
+func (l *mstLog[T]) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.items)
+}
+
+// mstProgress records the progress notifications a client's handler gets.
+type mstProgress struct{ mstLog[mstNote] }
 
 func (r *mstProgress) handle(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.notes = append(r.notes, mstNote{time.Now(), req.Params})
-}
-
-func (r *mstProgress) since(i int) []mstNote {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.notes[i:])
-}
-
-func (r *mstProgress) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.notes)
+	r.add(mstNote{time.Now(), req.Params})
 }
 
 // mstWire records, in the order they were read off the connection, the
 // progress notifications and responses a client receives: the handler
 // runs apart from the reader, so only the wire tells what came first.
-type mstWire struct {
-	mu   sync.Mutex
-	msgs []mstWireMsg
-}
+type mstWire struct{ mstLog[mstWireMsg] }
 
 type mstWireMsg struct {
 	at       time.Time
 	response bool                            // a response (to any request)
 	progress *sdk.ProgressNotificationParams // a notifications/progress
-}
-
-func (w *mstWire) since(i int) []mstWireMsg {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.msgs[i:])
-}
-
-func (w *mstWire) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.msgs)
 }
 
 // mstRecording is a transport whose connection logs what it reads to wire.
@@ -132,14 +123,12 @@ func (c *mstRecordingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			m.progress.Message = "malformed params: " + err.Error()
 		}
 	}
-	c.wire.mu.Lock()
-	c.wire.msgs = append(c.wire.msgs, m)
-	c.wire.mu.Unlock()
+	c.wire.add(m)
 	return msg, nil
 }
 
 // mstConnect connects a client with opts over transport and lists the
-// tools (connectMCP's checks of them are TestMCPStdio's).
+// tools (connectMCP checks them too).
 func mstConnect(ctx context.Context, t *testing.T, transport sdk.Transport, opts *sdk.ClientOptions) *mcpClient {
 	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "jaild-tests", Version: "1"}, opts)
@@ -278,14 +267,7 @@ func TestMCPStoreProgress(t *testing.T) {
 
 	var notes mstProgress
 	wire := &mstWire{}
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
-		}
-	})
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), d.Socket, "jailctl mcp")
 	m := mstConnect(ctx, t, &mstRecording{&sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace}, wire},
 		&sdk.ClientOptions{ProgressNotificationHandler: notes.handle})
 
@@ -423,21 +405,14 @@ func mstNobodyMCP(ctx context.Context, t *testing.T, d *daemon) *mcpClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(d.dir, "jailctl-"+randHex(4))
+	bin := filepath.Join(d.Dir, "jailctl-"+randHex(4))
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--socket", d.socket, "mcp")
+	cmd := mcpCommand(t, bin, d.Socket, "jailctl mcp (uid 65534)")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp (uid 65534) stderr:\n%s", stderr.String())
-		}
-	})
 	return connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace})
 }
 

@@ -36,23 +36,12 @@ type mcpClient struct {
 // are valid JSON Schemas.
 func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcpClient {
 	t.Helper()
-	c := sdk.NewClient(&sdk.Implementation{Name: "jaild-tests", Version: "1"}, nil)
-	session, err := c.Connect(ctx, transport, nil)
-	if err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
-	t.Cleanup(func() { session.Close() })
-	init := session.InitializeResult()
+	m := mstConnect(ctx, t, transport, nil)
+	init := m.session.InitializeResult()
 	if init.ServerInfo == nil || init.ServerInfo.Name != "jaild" || init.Capabilities == nil || init.Capabilities.Tools == nil {
 		t.Fatalf("initialize: server %+v, capabilities %+v: want jaild with tools", init.ServerInfo, init.Capabilities)
 	}
-	list, err := session.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatalf("tools/list: %v", err)
-	}
-	m := &mcpClient{t: t, session: session, tools: map[string]*sdk.Tool{}}
-	for _, tool := range list.Tools {
-		m.tools[tool.Name] = tool
+	for _, tool := range m.tools {
 		in := resolveSchema(t, tool.Name+" input", tool.InputSchema)
 		required := map[string][]string{"run_python": {"code"}, "lint_python": {"code"}, "format_python": {"code"}, "close_session": {"session_id"}}[tool.Name]
 		if in.Schema().Type != "object" || !slices.Equal(in.Schema().Required, required) {
@@ -93,8 +82,10 @@ func resolveSchema(t *testing.T, what string, schema any) *jsonschema.Resolved {
 	return r
 }
 
-// call calls a tool. A tool error is a result with IsError, never a
-// protocol error; a result with structured content must match the tool's
+// call calls a tool. Its arguments stay maps, as an MCP client sends them:
+// they are checked against the tool's input schema, not internal/api's
+// types, and some cases send what that schema refuses. A tool error is a
+// result with IsError, never a protocol error; a result with structured content must match the tool's
 // output schema. out, if non-nil, receives the structured content.
 func (m *mcpClient) call(ctx context.Context, name string, args any, out any) *sdk.CallToolResult {
 	m.t.Helper()
@@ -156,14 +147,7 @@ type runOutput struct {
 func TestMCPStdio(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", shared.socket, "mcp")
-	cmd.Stderr = &stderr
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("jailctl mcp stderr:\n%s", stderr.String())
-		}
-	})
+	cmd := mcpCommand(t, filepath.Join(binDir, "jailctl"), shared.Socket, "jailctl mcp")
 	m := connectMCP(ctx, t, &sdk.CommandTransport{Command: cmd, TerminateDuration: stdioGrace})
 
 	t.Run("description", func(t *testing.T) {
@@ -318,7 +302,7 @@ const stdioGrace = 20 * time.Second
 // returns it and its URL.
 func startMCPHTTP(t *testing.T, d *daemon) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "mcp", "--http", "127.0.0.1:0")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp", "--http", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +384,7 @@ func TestMCPHTTP(t *testing.T) {
 	}
 
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		c := exec.Command(jailctl, "--socket", shared.socket, "mcp", "--http", addr)
+		c := exec.Command(jailctl, "--socket", shared.Socket, "mcp", "--http", addr)
 		b, err := c.CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(b), "not a loopback address") {

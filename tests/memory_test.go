@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // The memory-bound daemon: runs in flight may hold memoryBudget bytes
@@ -58,20 +59,11 @@ for _ in range(%d):
 // figures), and checks that the daemon's peak RSS stays under its limit
 // plus a slack while every response is complete and correct.
 func TestDaemonMemoryBounded(t *testing.T) {
-	d, err := startTunedDaemon(fmt.Sprintf("memory_budget_mb = %d\nmemory_limit_mb = %d\n", memoryBudgetMB, memoryLimitMB), 0, nil,
-		func(c string) string {
-			// Every request is admitted at once: only the memory budget
-			// holds them back.
-			return setKeys(c, map[string]string{"max_concurrent": "4", "queue_size": "8", "queue_wait": `"300s"`})
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{Config: fmt.Sprintf("memory_budget_mb = %d\nmemory_limit_mb = %d\n", memoryBudgetMB, memoryLimitMB), Tune: func(c string) string {
+		// Every request is admitted at once: only the memory budget
+		// holds them back.
+		return setKeys(c, map[string]string{"max_concurrent": "4", "queue_size": "8", "queue_wait": `"300s"`})
+	}})
 	var info api.Info
 	if code, _ := d.call(t, http.MethodGet, "/v1/info", nil, &info); code != http.StatusOK {
 		t.Fatalf("info: %d", code)
@@ -87,14 +79,15 @@ func TestDaemonMemoryBounded(t *testing.T) {
 	codes := make([]int, runs)
 	for i := range runs {
 		wg.Go(func() {
-			codes[i], _ = d.call(t, http.MethodPost, "/v1/execute", map[string]any{
-				"code": fillCode, "return_files": []string{"out*.bin", "sums.txt"},
-				"limits": map[string]any{"output_bytes": fillOutput, "memory_mb": 2048, "timeout_ms": 120000},
+			codes[i], _ = d.call(t, http.MethodPost, "/v1/execute", api.ExecuteRequest{
+				Code:        fillCode,
+				ReturnFiles: []string{"out*.bin", "sums.txt"},
+				Limits:      &api.Limits{OutputBytes: ptr(int64(fillOutput)), MemoryMB: ptr(int64(2048)), TimeoutMs: ptr(int64(120000))},
 			}, &resps[i])
 		})
 	}
 	wg.Wait()
-	hwm := procStatusKB(t, d.cmd.Process.Pid, "VmHWM") << 10
+	hwm := procStatusKB(t, d.Cmd.Process.Pid, "VmHWM") << 10
 	t.Logf("daemon peak RSS %d MiB (limit %d MiB, budget %d MiB)", hwm>>20, memoryLimitMB, memoryBudgetMB)
 	if hwm > (memoryLimitMB+memorySlackMB)<<20 {
 		t.Errorf("daemon peak RSS %d MiB, above its limit %d MiB + %d MiB", hwm>>20, memoryLimitMB, memorySlackMB)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
@@ -52,17 +53,9 @@ func scrapeURL(t *testing.T, c *http.Client, url string) metricstest.Samples {
 // nothing else.
 func TestMetrics(t *testing.T) {
 	port := freePort(t)
-	d, err := startTunedDaemon(fmt.Sprintf("socket_mode = \"0666\"\nmetrics_listen = \"127.0.0.1:%d\"\n", port), 0, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Config: fmt.Sprintf("socket_mode = \"0666\"\nmetrics_listen = \"127.0.0.1:%d\"\n", port), Tune: func(c string) string {
 		return setKeys(c, map[string]string{"max_concurrent": "1", "queue_size": "0", "daily_quota": "1"})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	}})
 	tcp := fmt.Sprintf("http://127.0.0.1:%d", port)
 	before := scrapeURL(t, http.DefaultClient, tcp+"/metrics")
 	if _, ok := before[metricstest.Key("jaild_runs_total", "operation", "execute", "status", "ok", "warm", "false")]; !ok {
@@ -102,7 +95,7 @@ func TestMetrics(t *testing.T) {
 
 	// 429: a non-admin uid past its daily quota (1 here).
 	for i, want := range []int{200, 429} {
-		cmd := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", d.socket,
+		cmd := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", d.Socket,
 			"http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)"}`)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
@@ -114,7 +107,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
-	after := scrapeURL(t, d.client, "http://jaild/metrics") // the socket's
+	after := scrapeURL(t, d.Client, "http://jaild/metrics") // the socket's
 	runs := func(status string) string {
 		return metricstest.Key("jaild_runs_total", "operation", "execute", "status", status, "warm", "false")
 	}
@@ -180,16 +173,8 @@ func TestMetrics(t *testing.T) {
 // hit and a warm run; a session's call counts under session_execute, and
 // the session in the gauges.
 func TestMetricsPoolAndSessions(t *testing.T) {
-	d, err := startTunedDaemon("", 1, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	scrape := func() metricstest.Samples { return scrapeURL(t, d.client, "http://jaild/metrics") }
+	d := startDaemon(t, daemontest.Options{Pool: 1})
+	scrape := func() metricstest.Samples { return scrapeURL(t, d.Client, "http://jaild/metrics") }
 	k := metricstest.Key
 	waitFor(t, 60*time.Second, "the warm pool", func() bool {
 		s := scrape()

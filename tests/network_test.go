@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/metrics/metricstest"
 )
 
@@ -38,20 +39,14 @@ interface_prefix = %q
 
 func startNetDaemon(t *testing.T, table, prefix string) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string { return c + netSection(table, prefix) })
-	if err != nil {
-		t.Fatalf("start jaild with network: %v", err)
-	}
-	return d
+	return startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string { return c + netSection(table, prefix) }})
 }
 
 // execNet runs code with the given network fields and returns the answer.
-func execNet(t *testing.T, d *daemon, code string, fields map[string]any) *api.ExecuteResponse {
+func execNet(t *testing.T, d *daemon, code string, fields api.ExecuteRequest) *api.ExecuteResponse {
 	t.Helper()
-	req := map[string]any{"code": code, "limits": map[string]any{"timeout_ms": 20000}}
-	for k, v := range fields {
-		req[k] = v
-	}
+	req := fields
+	req.Code, req.Limits = code, &api.Limits{TimeoutMs: ptr(int64(20000))}
 	var raw json.RawMessage
 	status, _ := d.call(t, "POST", "/v1/execute", req, &raw)
 	if status != http.StatusOK {
@@ -160,7 +155,7 @@ func TestNetworkEgress(t *testing.T) {
 	const table, prefix = "jaildtest", "jt"
 	d := startNetDaemon(t, table, prefix)
 	defer func() {
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 		if tableExists(table) {
@@ -168,7 +163,7 @@ func TestNetworkEgress(t *testing.T) {
 		}
 		checkNoNetLeaks(t, table, prefix)
 	}()
-	internet := map[string]any{"network": "internet"}
+	internet := api.ExecuteRequest{Network: "internet"}
 
 	t.Run("info", func(t *testing.T) {
 		var info api.Info
@@ -221,7 +216,7 @@ except OSError as e: print('v6', type(e).__name__)`, internet)
 t = time.monotonic()
 try: requests.get('http://198.51.100.10/', timeout=5); print('reached')
 except requests.ConnectionError as e: print('ConnectionError')
-print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, nil)
+print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, api.ExecuteRequest{})
 		if r.Stdout != "ConnectionError\nGAIERROR ENETUNREACH True\n" {
 			t.Errorf("stdout %q, want a fast ConnectionError, no name resolution and ENETUNREACH", r.Stdout)
 		}
@@ -235,7 +230,7 @@ print(probe('api.test'), probe('198.51.100.10'), time.monotonic() - t < 1.5)`, n
 		r := execNet(t, d, probeCode+`import requests
 print(requests.get('http://api.test/ok', timeout=5).text)
 print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), probe('api.test', 81))`,
-			map[string]any{"network": "internet", "allow_hosts": []string{"api.test:80"}})
+			api.ExecuteRequest{Network: "internet", AllowHosts: []string{"api.test:80"}})
 		if r.Stdout != "upstream api.test /ok\nGAIERROR GAIERROR EHOSTUNREACH EHOSTUNREACH\n" {
 			t.Errorf("stdout %q, want api.test:80 only: other names unresolved, other addresses and ports refused", r.Stdout)
 		}
@@ -245,7 +240,7 @@ print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), prob
 			}
 		}
 		r = execNet(t, d, probeCode+`print(probe('www.other.test'), probe('other.test'), probe('198.51.100.11'), probe('198.51.100.10'))`,
-			map[string]any{"network": "internet", "allow_hosts": []string{"*.other.test", "198.51.100.10/32"}})
+			api.ExecuteRequest{Network: "internet", AllowHosts: []string{"*.other.test", "198.51.100.10/32"}})
 		if r.Stdout != "CONNECTED GAIERROR CONNECTED CONNECTED\n" {
 			t.Errorf("stdout %q, want the wildcard's subdomain (and its address) and the prefix", r.Stdout)
 		}
@@ -288,7 +283,7 @@ print(probe('other.test'), probe('www.other.test'), probe('198.51.100.11'), prob
 			calls = append(calls, fmt.Sprintf("probe(%q, %s)", tg[0], tg[1]))
 		}
 		code := probeCode + "import os\nprint(json.dumps([" + strings.Join(calls, ", ") + "]))\n" +
-			"print(os.path.exists(" + strconv.Quote(d.socket) + "), probe('meta.test'))\n"
+			"print(os.path.exists(" + strconv.Quote(d.Socket) + "), probe('meta.test'))\n"
 		r := execNet(t, d, code, internet)
 		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 		var got []string
@@ -365,7 +360,7 @@ print(res.count('ok'), sorted(set(res) - {'ok'}))`, internet)
 		// the refusal arrives while connect() holds the socket), so it
 		// only has to move the counter.
 		key := metricstest.Key("jaild_egress_refused_packets_total")
-		before := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		before := scrapeURL(t, d.Client, "http://jaild/metrics")[key]
 		code := fmt.Sprintf(`import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for a in (%q, %q, %q, %q):
@@ -374,7 +369,7 @@ for a in (%q, %q, %q, %q):
 		if r := execNet(t, d, code, internet); r.Status != "ok" {
 			t.Fatalf("status %s, stderr %q", r.Status, r.Stderr)
 		}
-		mid := scrapeURL(t, d.client, "http://jaild/metrics")[key]
+		mid := scrapeURL(t, d.Client, "http://jaild/metrics")[key]
 		if got := mid - before; got != 4 {
 			t.Errorf("jaild_egress_refused_packets_total moved by %g for four datagrams, want 4", got)
 		}
@@ -382,7 +377,7 @@ for a in (%q, %q, %q, %q):
 		if r.Stdout != "EHOSTUNREACH\n" {
 			t.Fatalf("stdout %q, want a refusal", r.Stdout)
 		}
-		if got := scrapeURL(t, d.client, "http://jaild/metrics")[key] - mid; got < 1 || got > 6 {
+		if got := scrapeURL(t, d.Client, "http://jaild/metrics")[key] - mid; got < 1 || got > 6 {
 			t.Errorf("jaild_egress_refused_packets_total moved by %g for one refused connection, want 1 to 6 SYNs", got)
 		}
 	})
@@ -396,7 +391,7 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 	})
 
 	t.Run("jailctl", func(t *testing.T) {
-		out, errOut, code := jailctlAt(t, d.socket, "", "exec", "--allow-host", "api.test", "-c",
+		out, errOut, code := jailctlAt(t, d.Socket, "", "exec", "--allow-host", "api.test", "-c",
 			"import requests, socket\nprint(requests.get('http://api.test/j', timeout=5).text)\ntry: socket.getaddrinfo('other.test', 80)\nexcept socket.gaierror: print('other.test: no')")
 		if out != "upstream api.test /j\nother.test: no\n" || code != 0 {
 			t.Errorf("jailctl exec --allow-host: %q %q exit %d", out, errOut, code)
@@ -409,20 +404,18 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 
 	t.Run("refusals", func(t *testing.T) {
 		for _, c := range []struct {
-			body   map[string]any
+			body   api.ExecuteRequest
 			status int
 			has    string
 		}{
-			{map[string]any{"network": "wifi"}, 400, `network: must be "none" or "internet"`},
-			{map[string]any{"allow_hosts": []string{"api.test"}}, 400, `allow_hosts needs "network": "internet"`},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"2001:db8::1"}}, 400, "IPv6"},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"exa mple"}}, 400, "allow_hosts"},
-			{map[string]any{"network": "internet", "allow_hosts": []string{"10.0.0.0/33"}}, 400, "allow_hosts"},
+			{api.ExecuteRequest{Network: "wifi"}, 400, `network: must be "none" or "internet"`},
+			{api.ExecuteRequest{AllowHosts: []string{"api.test"}}, 400, `allow_hosts needs "network": "internet"`},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"2001:db8::1"}}, 400, "IPv6"},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"exa mple"}}, 400, "allow_hosts"},
+			{api.ExecuteRequest{Network: "internet", AllowHosts: []string{"10.0.0.0/33"}}, 400, "allow_hosts"},
 		} {
-			body := map[string]any{"code": "print(1)"}
-			for k, v := range c.body {
-				body[k] = v
-			}
+			body := c.body
+			body.Code = "print(1)"
 			var e api.ErrorBody
 			if st, _ := d.call(t, "POST", "/v1/execute", body, &e); st != c.status || !strings.Contains(e.Error.Message, c.has) {
 				t.Errorf("%v: HTTP %d %q, want %d mentioning %q", c.body, st, e.Error.Message, c.status, c.has)
@@ -430,10 +423,10 @@ print(len(requests.get('http://api.test/bytes/1048576', timeout=10).content))`, 
 		}
 		// Egress disabled (the shared daemon), and a caller not allowed it.
 		var e api.ErrorBody
-		if st, _ := shared.call(t, "POST", "/v1/execute", map[string]any{"code": "print(1)", "network": "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
+		if st, _ := shared.call(t, "POST", "/v1/execute", api.ExecuteRequest{Code: "print(1)", Network: "internet"}, &e); st != 403 || e.Error.Type != "forbidden" || !strings.Contains(e.Error.Message, "network.enabled") {
 			t.Errorf("egress disabled: HTTP %d %+v, want 403 forbidden naming network.enabled", st, e.Error)
 		}
-		cmd := exec.Command("curl", "-s", "--unix-socket", d.socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
+		cmd := exec.Command("curl", "-s", "--unix-socket", d.Socket, "http://jaild/v1/execute", "-H", "Content-Type: application/json", "-d", `{"code":"print(1)","network":"internet"}`, "-w", "\n%{http_code}")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.Output()
 		if err != nil || !strings.HasSuffix(string(out), "\n403") || !strings.Contains(string(out), "jaild-test-no-such-group") {
@@ -459,9 +452,9 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body := map[string]any{"code": "import time; time.sleep(30)", "network": "internet", "limits": map[string]any{"timeout_ms": 40000}}
+		body := api.ExecuteRequest{Code: "import time; time.sleep(30)", Network: "internet", Limits: &api.Limits{TimeoutMs: ptr(int64(40000))}}
 		req, _ := json.Marshal(body)
-		resp, err := d.client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(string(req)))
+		resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", strings.NewReader(string(req)))
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -471,25 +464,24 @@ func TestNetworkSweepAfterCrash(t *testing.T) {
 			t.Fatal("the networked run never got its link")
 		}
 	}
-	_ = d.cmd.Process.Kill()
-	_ = d.cmd.Wait()
+	d.Kill()
 	<-done
 	if netLeaks(table, prefix) == "" {
 		t.Fatal("control: kill -9 left nothing behind")
 	}
 	// Restart on the same directory and configuration.
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Error(err)
 		}
 	}()
 	if why := netLeaks(table, prefix); why != "" {
 		t.Errorf("after restart: %s", why)
 	}
-	r := execNet(t, d, `import requests; print(requests.get('http://api.test/', timeout=5).status_code)`, map[string]any{"network": "internet"})
+	r := execNet(t, d, `import requests; print(requests.get('http://api.test/', timeout=5).status_code)`, api.ExecuteRequest{Network: "internet"})
 	if r.Stdout != "200\n" {
 		t.Errorf("after restart: %q", r.Stdout)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // TestOpenAPIGeneratedClient generates a Go client from the OpenAPI
@@ -22,18 +24,10 @@ import (
 // NDJSON stream), lint, format and a session. Nothing generated is kept.
 // The first run fetches the generator through the Go module proxy.
 func TestOpenAPIGeneratedClient(t *testing.T) {
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 
 	// The document as served.
-	resp, err := d.client.Get("http://jaild/v1/openapi.json")
+	resp, err := d.Client.Get("http://jaild/v1/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,14 +77,14 @@ func TestOpenAPIGeneratedClient(t *testing.T) {
 	t.Logf("generated client: %d lines", strings.Count(string(gen), "\n"))
 	gocmd("build", "-tags", "clientgen", "-o", "driver", ".")
 
-	run := exec.Command(filepath.Join(dir, "driver"), "-socket", d.socket)
+	run := exec.Command(filepath.Join(dir, "driver"), "-socket", d.Socket)
 	out, err := run.Output()
 	if err != nil {
 		var stderr string
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("the driver: %v\n%s\ndaemon log:\n%s", err, stderr, d.log.String())
+		t.Fatalf("the driver: %v\n%s\ndaemon log:\n%s", err, stderr, d.Log.String())
 	}
 	var rep struct {
 		API, Version, Status, Stdout, Result, FileContent, ErrStatus, ErrType string

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sessionConfig: short bounds so that expiry is quick to see, a cap of
@@ -35,25 +36,14 @@ keep_ended = "10m"
 
 func startSessionDaemon(t *testing.T, pool int) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", pool, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Pool: pool, Tune: func(c string) string {
 		return setKeys(c, map[string]string{"daily_quota": "1000"}) + sessionConfig
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
-func newSession(t *testing.T, d *daemon, body map[string]any) api.Session {
+func newSession(t *testing.T, d *daemon, body api.SessionCreateRequest) api.Session {
 	t.Helper()
-	if body == nil {
-		body = map[string]any{}
-	}
 	var s api.Session
 	if code, _ := d.call(t, http.MethodPost, "/v1/sessions", body, &s); code != http.StatusCreated || s.SessionID == "" {
 		t.Fatalf("create session: %d %+v", code, s)
@@ -61,7 +51,7 @@ func newSession(t *testing.T, d *daemon, body map[string]any) api.Session {
 	return s
 }
 
-func sessionExec(t *testing.T, d *daemon, id string, body map[string]any) (int, *api.SessionExecuteResponse) {
+func sessionExec(t *testing.T, d *daemon, id string, body any) (int, *api.SessionExecuteResponse) {
 	t.Helper()
 	var raw json.RawMessage
 	code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/execute", body, &raw)
@@ -74,13 +64,14 @@ func sessionExec(t *testing.T, d *daemon, id string, body map[string]any) (int, 
 	return code, &r
 }
 
-func mustExec(t *testing.T, d *daemon, id, code string, extra ...map[string]any) *api.SessionExecuteResponse {
+// mustExec runs code in session id, with the other fields of extra if
+// given, and fails the test unless the call answers 200.
+func mustExec(t *testing.T, d *daemon, id, code string, extra ...api.SessionExecuteRequest) *api.SessionExecuteResponse {
 	t.Helper()
-	body := map[string]any{"code": code}
-	for _, e := range extra {
-		for k, v := range e {
-			body[k] = v
-		}
+	body := api.SessionExecuteRequest{Code: code}
+	if len(extra) > 0 {
+		body = extra[0]
+		body.Code = code
 	}
 	status, r := sessionExec(t, d, id, body)
 	if status != http.StatusOK {
@@ -105,7 +96,7 @@ func waitGone(t *testing.T, d *daemon, cg *jailCgroups, jailID string) {
 		if cg.live()[jailID] {
 			return false
 		}
-		_, err := os.Lstat(filepath.Join(d.dir, "run", "runs", jailID))
+		_, err := os.Lstat(filepath.Join(d.Dir, "run", "runs", jailID))
 		return os.IsNotExist(err)
 	})
 }
@@ -118,7 +109,7 @@ func TestSessions(t *testing.T) {
 	}
 
 	t.Run("state persists", func(t *testing.T) {
-		s := newSession(t, d, map[string]any{"files": []map[string]string{{"path": "data.csv", "content_b64": "YSxiCjEsMgozLDQK"}}})
+		s := newSession(t, d, api.SessionCreateRequest{Files: []api.FileIn{{Path: "data.csv", ContentB64: "YSxiCjEsMgozLDQK"}}})
 		if s.State != api.SessionIdle || s.IdleTimeoutS != 600 || s.EndReason != nil || s.ExpiresAt.Sub(s.CreatedAt) != time.Hour {
 			t.Errorf("created: %+v", s)
 		}
@@ -134,7 +125,7 @@ func TestSessions(t *testing.T) {
 		if r.Result == nil || *r.Result != "10" {
 			t.Fatalf("DataFrame: %+v", r)
 		}
-		r = mustExec(t, d, s.SessionID, "print(input())", map[string]any{"stdin": "from stdin\n", "return_files": []string{"w.txt"}})
+		r = mustExec(t, d, s.SessionID, "print(input())", api.SessionExecuteRequest{Stdin: ptr("from stdin\n"), ReturnFiles: []string{"w.txt"}})
 		if r.Stdout != "from stdin\n" || len(r.Files) != 1 || r.Files[0].ContentB64 != "d3M=" {
 			t.Fatalf("stdin and files: %+v", r)
 		}
@@ -157,24 +148,24 @@ func TestSessions(t *testing.T) {
 			t.Errorf("DELETE: %+v", ended)
 		}
 		waitGone(t, d, cg, jailID)
-		code, _ := sessionExec(t, d, s.SessionID, map[string]any{"code": "1"})
+		code, _ := sessionExec(t, d, s.SessionID, api.SessionExecuteRequest{Code: "1"})
 		if code != http.StatusConflict {
 			t.Errorf("call after DELETE: %d, want 409", code)
 		}
 	})
 
 	t.Run("timeout keeps state; ignored SIGINT loses it, files kept", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, s.SessionID)
 		mustExec(t, d, s.SessionID, "x = 1\nopen('kept', 'w').write('k')")
-		r := mustExec(t, d, s.SessionID, "while True: pass", map[string]any{"limits": map[string]any{"timeout_ms": 500}})
+		r := mustExec(t, d, s.SessionID, "while True: pass", api.SessionExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(500))}})
 		if r.Status != "timeout" || r.Session.StateLost || r.Error == nil || r.Error.Type != "KeyboardInterrupt" {
 			t.Fatalf("timeout: %+v", r)
 		}
 		if r = mustExec(t, d, s.SessionID, "x"); r.Result == nil || *r.Result != "1" {
 			t.Fatalf("state after the timeout: %+v", r)
 		}
-		r = mustExec(t, d, s.SessionID, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", map[string]any{"limits": map[string]any{"timeout_ms": 300}})
+		r = mustExec(t, d, s.SessionID, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass", api.SessionExecuteRequest{Limits: &api.Limits{TimeoutMs: ptr(int64(300))}})
 		if r.Status != "timeout" || !r.Session.StateLost || r.Session.LostReason == nil || *r.Session.LostReason != "timeout" || !strings.Contains(r.Message, "fresh") {
 			t.Fatalf("SIGINT ignored: %+v", r)
 		}
@@ -185,7 +176,7 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("OOM and repeated losses", func(t *testing.T) {
-		s := newSession(t, d, map[string]any{"limits": map[string]any{"memory_mb": 128}})
+		s := newSession(t, d, api.SessionCreateRequest{Limits: &api.Limits{MemoryMB: ptr(int64(128))}})
 		mustExec(t, d, s.SessionID, "x = 1")
 		r := mustExec(t, d, s.SessionID, "b = []\nwhile True: b.append(bytearray(8 << 20))")
 		if r.Status != "memory_limit" || !r.OOMKilled || !r.Session.StateLost || *r.Session.LostReason != "memory_limit" {
@@ -205,7 +196,7 @@ func TestSessions(t *testing.T) {
 			t.Fatalf("three losses in a row: %+v", r.Session)
 		}
 		waitGone(t, d, cg, jailID)
-		code, _ := sessionExec(t, d, s.SessionID, map[string]any{"code": "1"})
+		code, _ := sessionExec(t, d, s.SessionID, api.SessionExecuteRequest{Code: "1"})
 		if code != http.StatusConflict {
 			t.Errorf("call on an ended session: %d", code)
 		}
@@ -217,7 +208,7 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("crash of the interpreter", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		r := mustExec(t, d, s.SessionID, "import os, signal, subprocess\nsubprocess.Popen(['sleep', '1000'])\nos.kill(os.getpid(), signal.SIGSEGV)")
 		if !r.Session.StateLost || *r.Session.LostReason != "crashed" || r.Signal == nil || *r.Signal != 11 {
 			t.Fatalf("crash: %+v", r)
@@ -232,11 +223,11 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("interrupt from another connection and 409", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, s.SessionID)
 		done := make(chan *api.SessionExecuteResponse, 1)
 		go func() {
-			_, r := sessionExec(t, d, s.SessionID, map[string]any{"code": "import time\ny = 5\nwhile True: time.sleep(0.01)", "limits": map[string]any{"timeout_ms": 30000}})
+			_, r := sessionExec(t, d, s.SessionID, api.SessionExecuteRequest{Code: "import time\ny = 5\nwhile True: time.sleep(0.01)", Limits: &api.Limits{TimeoutMs: ptr(int64(30000))}})
 			done <- r
 		}()
 		waitFor(t, 10*time.Second, "the call to run", func() bool {
@@ -245,11 +236,12 @@ func TestSessions(t *testing.T) {
 			return got.State == api.SessionRunning
 		})
 		time.Sleep(200 * time.Millisecond) // into the loop
-		code, _ := sessionExec(t, d, s.SessionID, map[string]any{"code": "1"})
+		code, _ := sessionExec(t, d, s.SessionID, api.SessionExecuteRequest{Code: "1"})
 		if code != http.StatusConflict {
 			t.Errorf("concurrent call: %d, want 409", code)
 		}
 		var ir api.SessionInterruptResponse
+		// The interrupt has no request type: its body is an empty object.
 		if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/interrupt", map[string]any{}, &ir); code != http.StatusOK || !ir.Interrupted {
 			t.Fatalf("interrupt: %d %+v", code, ir)
 		}
@@ -271,8 +263,8 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("idle and absolute expiry", func(t *testing.T) {
-		idle := newSession(t, d, map[string]any{"idle_timeout_s": 1})
-		ttl := newSession(t, d, map[string]any{"ttl_s": 3, "idle_timeout_s": 60})
+		idle := newSession(t, d, api.SessionCreateRequest{IdleTimeoutS: ptr(int64(1))})
+		ttl := newSession(t, d, api.SessionCreateRequest{TTLS: ptr(int64(3)), IdleTimeoutS: ptr(int64(60))})
 		r1 := mustExec(t, d, idle.SessionID, "1")
 		// Calls keep the second one from idling; the TTL ends it anyway.
 		var r2 *api.SessionExecuteResponse
@@ -288,7 +280,7 @@ func TestSessions(t *testing.T) {
 				return got.State == api.SessionEnded && got.EndReason != nil && *got.EndReason == c.reason
 			})
 			waitGone(t, d, cg, c.jail)
-			code, _ := sessionExec(t, d, c.id, map[string]any{"code": "1"})
+			code, _ := sessionExec(t, d, c.id, api.SessionExecuteRequest{Code: "1"})
 			if code != http.StatusConflict {
 				t.Errorf("call on a session ended by %s: %d", c.reason, code)
 			}
@@ -296,7 +288,7 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("idle session is frozen", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, s.SessionID)
 		r := mustExec(t, d, s.SessionID, "import threading\ndef spin():\n    while True: pass\nthreading.Thread(target=spin, daemon=True).start()")
 		before := jailCPU(t, cg, r.RunID)
@@ -312,7 +304,7 @@ func TestSessions(t *testing.T) {
 	})
 
 	t.Run("owners and caps", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, s.SessionID)
 		for _, c := range []struct{ method, path, body string }{
 			{http.MethodGet, "/v1/sessions/" + s.SessionID, ""},
@@ -320,18 +312,18 @@ func TestSessions(t *testing.T) {
 			{http.MethodPost, "/v1/sessions/" + s.SessionID + "/interrupt", `{}`},
 			{http.MethodDelete, "/v1/sessions/" + s.SessionID, ""},
 		} {
-			code, _, body := curlAs(t, d.socket, c.method, c.path, c.body)
+			code, _, body := curlAs(t, d.Socket, c.method, c.path, c.body)
 			if code != http.StatusNotFound {
 				t.Errorf("uid 65534 %s %s: %d %s, want 404", c.method, c.path, code, body)
 			}
 		}
-		code, _, body := curlAs(t, d.socket, http.MethodGet, "/v1/sessions", "")
+		code, _, body := curlAs(t, d.Socket, http.MethodGet, "/v1/sessions", "")
 		if code != http.StatusOK || strings.Contains(string(body), s.SessionID) {
 			t.Errorf("uid 65534 lists root's session: %d %s", code, body)
 		}
 		var mine []string
 		for i := range 3 {
-			code, _, body := curlAs(t, d.socket, http.MethodPost, "/v1/sessions", `{}`)
+			code, _, body := curlAs(t, d.Socket, http.MethodPost, "/v1/sessions", `{}`)
 			if i < 2 {
 				var got api.Session
 				if code != http.StatusCreated || json.Unmarshal(body, &got) != nil {
@@ -357,23 +349,23 @@ func TestSessions(t *testing.T) {
 			t.Errorf("admin lists %d live sessions of uid 65534, want 2", seen)
 		}
 		for _, id := range mine {
-			if code, _, body := curlAs(t, d.socket, http.MethodDelete, "/v1/sessions/"+id, ""); code != http.StatusOK {
+			if code, _, body := curlAs(t, d.Socket, http.MethodDelete, "/v1/sessions/"+id, ""); code != http.StatusOK {
 				t.Errorf("owner's DELETE: %d %s", code, body)
 			}
 		}
 	})
 
 	t.Run("bad input", func(t *testing.T) {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, s.SessionID)
 		for _, c := range []struct {
-			body  map[string]any
+			body  api.SessionExecuteRequest
 			field string
 		}{
-			{map[string]any{"code": "1", "limits": map[string]any{"memory_mb": 64}}, "limits.memory_mb"},
-			{map[string]any{"code": "1", "env": map[string]string{"A": "b"}}, "env"},
-			{map[string]any{"code": "1", "limits": map[string]any{"timeout_ms": 10_000_000}}, "limits.timeout_ms"},
-			{map[string]any{"code": ""}, "code"},
+			{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{MemoryMB: ptr(int64(64))}}, "limits.memory_mb"},
+			{api.SessionExecuteRequest{Code: "1", Env: map[string]string{"A": "b"}}, "env"},
+			{api.SessionExecuteRequest{Code: "1", Limits: &api.Limits{TimeoutMs: ptr(int64(10_000_000))}}, "limits.timeout_ms"},
+			{api.SessionExecuteRequest{Code: ""}, "code"},
 		} {
 			var eb api.ErrorBody
 			code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/execute", c.body, &eb)
@@ -382,7 +374,7 @@ func TestSessions(t *testing.T) {
 			}
 		}
 		var eb api.ErrorBody
-		if code, _ := d.call(t, http.MethodPost, "/v1/sessions", map[string]any{"ttl_s": 100000}, &eb); code != http.StatusBadRequest || eb.Error.Field != "ttl_s" {
+		if code, _ := d.call(t, http.MethodPost, "/v1/sessions", api.SessionCreateRequest{TTLS: ptr(int64(100000))}, &eb); code != http.StatusBadRequest || eb.Error.Field != "ttl_s" {
 			t.Errorf("ttl_s above the maximum: %d %+v", code, eb.Error)
 		}
 		if code, _ := d.call(t, http.MethodGet, "/v1/sessions/nope", nil, &eb); code != http.StatusNotFound {
@@ -412,26 +404,22 @@ func jailCPU(t *testing.T, cg *jailCgroups, id string) time.Duration {
 // A kill -9 of the daemon with live sessions: the restarted daemon's
 // sweep removes their jails, and a call on an old session names why.
 func TestSessionsSurviveNothingOfADaemonKill(t *testing.T) {
-	d, err := startTunedDaemon("socket_mode = \"0666\"\n", 0, nil, func(c string) string { return c + sessionConfig })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.stop()
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string { return c + sessionConfig }})
 	cg, err := cgroupsOf(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids, jails []string
 	for range 2 {
-		s := newSession(t, d, nil)
+		s := newSession(t, d, api.SessionCreateRequest{})
 		r := mustExec(t, d, s.SessionID, "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nx = 1")
 		ids, jails = append(ids, s.SessionID), append(jails, r.RunID)
 	}
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Wait()
-	if err := d.launch(nil); err != nil {
+	<-d.Exited()
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jails {
@@ -439,7 +427,7 @@ func TestSessionsSurviveNothingOfADaemonKill(t *testing.T) {
 	}
 	for _, id := range ids {
 		var eb api.ErrorBody
-		code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/execute", map[string]any{"code": "x"}, &eb)
+		code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/execute", api.SessionExecuteRequest{Code: "x"}, &eb)
 		if code != http.StatusConflict || !strings.Contains(eb.Error.Message, "daemon_restart") {
 			t.Errorf("call on a session of the killed daemon: %d %+v", code, eb.Error)
 		}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // soakKind is one kind of request of the soak's mix, with the exact answer
@@ -34,7 +35,7 @@ import (
 type soakKind struct {
 	name   string
 	path   string
-	body   map[string]any
+	body   any
 	status int
 	check  func(raw []byte) error
 	// run, if set, is the whole request: a session's life.
@@ -60,23 +61,22 @@ func soakMix() []soakKind {
 		return func(r *api.ExecuteResponse) bool { return r.Stdout == want }
 	}
 	return []soakKind{
-		{name: "print", path: "/v1/execute", body: map[string]any{"code": "print(1)"}, status: 200, check: execOK("ok", out("1\n"))},
-		{name: "numpy", path: "/v1/execute", body: map[string]any{"code": "import numpy as np\nprint(int(np.arange(10).sum()))"}, status: 200, check: execOK("ok", out("45\n"))},
+		{name: "print", path: "/v1/execute", body: api.ExecuteRequest{Code: "print(1)"}, status: 200, check: execOK("ok", out("1\n"))},
+		{name: "numpy", path: "/v1/execute", body: api.ExecuteRequest{Code: "import numpy as np\nprint(int(np.arange(10).sum()))"}, status: 200, check: execOK("ok", out("45\n"))},
 		{name: "files", path: "/v1/execute", status: 200,
-			body: map[string]any{"code": "import os\nos.makedirs('out')\nopen('out/b.txt', 'w').write(open('in/a.txt').read().upper())",
-				"files": []map[string]string{{"path": "in/a.txt", "content_b64": b64([]byte("hello"))}}, "return_files": []string{"out/*"}},
+			body: api.ExecuteRequest{Code: "import os\nos.makedirs('out')\nopen('out/b.txt', 'w').write(open('in/a.txt').read().upper())", Files: []api.FileIn{{Path: "in/a.txt", ContentB64: b64([]byte("hello"))}}, ReturnFiles: []string{"out/*"}},
 			check: execOK("ok", func(r *api.ExecuteResponse) bool {
 				return len(r.Files) == 1 && r.Files[0].ContentB64 == b64([]byte("HELLO"))
 			})},
-		{name: "interactive", path: "/v1/execute", body: map[string]any{"code": "x = 20\nx + 22", "last_line_interactive": true}, status: 200,
+		{name: "interactive", path: "/v1/execute", body: api.ExecuteRequest{Code: "x = 20\nx + 22", LastLineInteractive: true}, status: 200,
 			check: execOK("ok", func(r *api.ExecuteResponse) bool { return r.Result != nil && *r.Result == "42" })},
-		{name: "stdin", path: "/v1/execute", body: map[string]any{"code": "import sys\nprint(len(sys.stdin.read()))", "stdin": strings.Repeat("s", 5000)}, status: 200,
+		{name: "stdin", path: "/v1/execute", body: api.ExecuteRequest{Code: "import sys\nprint(len(sys.stdin.read()))", Stdin: ptr(strings.Repeat("s", 5000))}, status: 200,
 			check: execOK("ok", out("5000\n"))},
-		{name: "exception", path: "/v1/execute", body: map[string]any{"code": "x = 1\nraise ValueError('soak')"}, status: 200,
+		{name: "exception", path: "/v1/execute", body: api.ExecuteRequest{Code: "x = 1\nraise ValueError('soak')"}, status: 200,
 			check: execOK("error", func(r *api.ExecuteResponse) bool {
 				return r.Error != nil && r.Error.Type == "ValueError" && deref(r.Error.Line) == 2
 			})},
-		{name: "lint", path: "/v1/lint", body: map[string]any{"code": "import os\n"}, status: 200, check: func(raw []byte) error {
+		{name: "lint", path: "/v1/lint", body: api.LintRequest{Code: "import os\n"}, status: 200, check: func(raw []byte) error {
 			var lr api.LintResponse
 			if err := strictJSON(raw, &lr); err != nil {
 				return err
@@ -86,7 +86,7 @@ func soakMix() []soakKind {
 			}
 			return nil
 		}},
-		{name: "format", path: "/v1/format", body: map[string]any{"code": "x = {  'a':1 }\n"}, status: 200, check: func(raw []byte) error {
+		{name: "format", path: "/v1/format", body: api.FormatRequest{Code: "x = {  'a':1 }\n"}, status: 200, check: func(raw []byte) error {
 			var fr api.FormatResponse
 			if err := strictJSON(raw, &fr); err != nil {
 				return err
@@ -96,34 +96,34 @@ func soakMix() []soakKind {
 			}
 			return nil
 		}},
-		{name: "forkbomb", path: "/v1/execute", body: map[string]any{"code": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", "limits": map[string]any{"timeout_ms": 1000, "pids": 16}},
+		{name: "forkbomb", path: "/v1/execute", body: api.ExecuteRequest{Code: "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", Limits: &api.Limits{TimeoutMs: ptr(int64(1000)), Pids: ptr(int64(16))}},
 			status: 200, check: execOK("timeout", nil)},
-		{name: "memory", path: "/v1/execute", body: map[string]any{"code": "x = []\nwhile True: x.append(bytearray(16 << 20))", "limits": map[string]any{"memory_mb": 64}},
+		{name: "memory", path: "/v1/execute", body: api.ExecuteRequest{Code: "x = []\nwhile True: x.append(bytearray(16 << 20))", Limits: &api.Limits{MemoryMB: ptr(int64(64))}},
 			status: 200, check: execOK("memory_limit", func(r *api.ExecuteResponse) bool { return r.OOMKilled })},
-		{name: "output", path: "/v1/execute", body: map[string]any{"code": "while True: print('y' * 1000)", "limits": map[string]any{"output_bytes": 10000}},
+		{name: "output", path: "/v1/execute", body: api.ExecuteRequest{Code: "while True: print('y' * 1000)", Limits: &api.Limits{OutputBytes: ptr(int64(10000))}},
 			status: 200, check: execOK("output_limit", func(r *api.ExecuteResponse) bool { return len(r.Stdout) == 10000 })},
-		{name: "sleep", path: "/v1/execute", body: map[string]any{"code": "import time\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 500}},
+		{name: "sleep", path: "/v1/execute", body: api.ExecuteRequest{Code: "import time\ntime.sleep(60)", Limits: &api.Limits{TimeoutMs: ptr(int64(500))}},
 			status: 200, check: execOK("timeout", nil)},
-		{name: "syscall", path: "/v1/execute", body: map[string]any{"code": "import ctypes\nL = ctypes.CDLL(None, use_errno=True)\nprint(L.syscall(425, 1, None), ctypes.get_errno())"},
+		{name: "syscall", path: "/v1/execute", body: api.ExecuteRequest{Code: "import ctypes\nL = ctypes.CDLL(None, use_errno=True)\nprint(L.syscall(425, 1, None), ctypes.get_errno())"},
 			status: 200, check: execOK("ok", out("-1 1\n"))},
-		{name: "symlink", path: "/v1/execute", body: map[string]any{"code": "import os\nos.symlink('/etc/shadow', 's')", "return_files": []string{"s"}},
+		{name: "symlink", path: "/v1/execute", body: api.ExecuteRequest{Code: "import os\nos.symlink('/etc/shadow', 's')", ReturnFiles: []string{"s"}},
 			status: 200, check: execOK("ok", func(r *api.ExecuteResponse) bool {
 				return len(r.Files) == 1 && r.Files[0].ContentB64 == "" && strings.Contains(r.Files[0].Error, "symlink")
 			})},
-		{name: "killall", path: "/v1/execute", body: map[string]any{"code": "import os, signal, time\nc = os.fork()\nif c == 0:\n    time.sleep(60)\nos.kill(-1, signal.SIGKILL)\nprint(os.waitpid(c, 0)[1])"},
+		{name: "killall", path: "/v1/execute", body: api.ExecuteRequest{Code: "import os, signal, time\nc = os.fork()\nif c == 0:\n    time.sleep(60)\nos.kill(-1, signal.SIGKILL)\nprint(os.waitpid(c, 0)[1])"},
 			status: 200, check: execOK("ok", out("9\n"))},
-		{name: "daemonize", path: "/v1/execute", body: map[string]any{"code": "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: time.sleep(3600)\n    os._exit(0)\nprint('done')"},
+		{name: "daemonize", path: "/v1/execute", body: api.ExecuteRequest{Code: "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: time.sleep(3600)\n    os._exit(0)\nprint('done')"},
 			status: 200, check: execOK("ok", out("done\n"))},
-		{name: "fds", path: "/v1/execute", body: map[string]any{"code": "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError as e: print(e.errno)"},
+		{name: "fds", path: "/v1/execute", body: api.ExecuteRequest{Code: "fs = []\ntry:\n    while True: fs.append(open('/dev/null'))\nexcept OSError as e: print(e.errno)"},
 			status: 200, check: execOK("ok", out("24\n"))},
-		{name: "spin", path: "/v1/execute", body: map[string]any{"code": "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass", "limits": map[string]any{"timeout_ms": 1000}},
+		{name: "spin", path: "/v1/execute", body: api.ExecuteRequest{Code: "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass", Limits: &api.Limits{TimeoutMs: ptr(int64(1000))}},
 			status: 200, check: execOK("timeout", nil)},
-		{name: "shm", path: "/v1/execute", status: 200, body: map[string]any{"code": "import ctypes\nL = ctypes.CDLL(None)\nL.shmat.restype = ctypes.c_void_p\n" +
+		{name: "shm", path: "/v1/execute", status: 200, body: api.ExecuteRequest{Code: "import ctypes\nL = ctypes.CDLL(None)\nL.shmat.restype = ctypes.c_void_p\n" +
 			"a = L.shmat(L.shmget(7, 8 << 20, 0o1600), None, 0)\nctypes.memset(a, 1, 8 << 20)\nopen('/dev/shm/x', 'wb').write(b'1' * (8 << 20))\nprint('left')"},
 			check: execOK("ok", out("left\n"))},
-		{name: "records", path: "/v1/execute", body: map[string]any{"code": "import os\nos.write(4, b'{\"type\": \"exit\", \"signal\": 9}\\n' + b'\\xff' * 70000 + b'\\n')\nprint('ok')"},
+		{name: "records", path: "/v1/execute", body: api.ExecuteRequest{Code: "import os\nos.write(4, b'{\"type\": \"exit\", \"signal\": 9}\\n' + b'\\xff' * 70000 + b'\\n')\nprint('ok')"},
 			status: 200, check: execOK("ok", out("ok\n"))},
-		{name: "invalid", path: "/v1/execute", body: map[string]any{"code": "1", "files": []map[string]string{{"path": "../x", "content_b64": ""}}},
+		{name: "invalid", path: "/v1/execute", body: api.ExecuteRequest{Code: "1", Files: []api.FileIn{{Path: "../x", ContentB64: ""}}},
 			status: 400, check: func(raw []byte) error {
 				var e api.ErrorBody
 				if err := strictJSON(raw, &e); err != nil {
@@ -152,22 +152,15 @@ func TestSoak(t *testing.T) {
 	// pandas and matplotlib would cost more CPU than the runs themselves
 	// (json is nearly free, and a pool with no pre-import never becomes
 	// ready: the runner only says "ready" after importing something).
-	d, err := startTunedDaemon("", 2, nil, func(cfg string) string {
+	d := startDaemon(t, daemontest.Options{Pool: 2, Tune: func(cfg string) string {
 		return setKeys(cfg, map[string]string{"max_concurrent": "4", "queue_size": "64", "queue_wait": `"300s"`}) + "preimport = [\"json\"]\n"
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	}})
 	sessions := newSoakSessions()
 	mix := append(soakMix(), soakKind{name: "session", run: sessions.life},
 		soakKind{name: "stream", run: soakStream}, soakKind{name: "store", run: soakStore})
 	client := burstClient(d)
 	h := &hostile{d: d}
+	var err error
 	if h.cg, err = cgroupsOf(d); err != nil {
 		t.Fatal(err)
 	}
@@ -216,13 +209,13 @@ func TestSoak(t *testing.T) {
 	phase(warm, runs)
 	elapsed := time.Since(start)
 
-	if d.cmd.ProcessState != nil || h.d.cmd.Process.Signal(syscall.Signal(0)) != nil || strings.Contains(d.log.String(), "panic:") {
-		t.Fatalf("the daemon crashed:\n%s", d.log.String())
+	if !d.Running() || h.d.Cmd.Process.Signal(syscall.Signal(0)) != nil || strings.Contains(d.Log.String(), "panic:") {
+		t.Fatalf("the daemon crashed:\n%s", d.Log.String())
 	}
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests lost or wrong:\n%s", n, runs, strings.Join(failures, "\n"))
 		// What the daemon said of them.
-		for _, line := range strings.Split(d.log.String(), "\n") {
+		for _, line := range strings.Split(d.Log.String(), "\n") {
 			if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"level":"WARN"`) {
 				t.Log(line)
 			}
@@ -233,11 +226,11 @@ func TestSoak(t *testing.T) {
 	// IPC object left; memory of dead jails freed), and a flat RSS.
 	h.waitPoolFull(t)
 	h.checkLeaks(t)
-	rss := vmRSS(d.cmd.Process.Pid)
+	rss := vmRSS(d.Cmd.Process.Pid)
 	if rss > h.base.rss+32<<20 {
 		t.Errorf("daemon RSS %d MiB after the soak, %d MiB after the warm-up", rss>>20, h.base.rss>>20)
 	}
-	if strings.Contains(d.log.String(), "too many open files") {
+	if strings.Contains(d.Log.String(), "too many open files") {
 		t.Errorf("EMFILE in the daemon's log")
 	}
 	t.Logf("%d requests at concurrency %d in %v (%.1f/s): %d lost or wrong; daemon RSS %d MiB (after the warm-up %d MiB), %d fds besides live jails'",
@@ -281,19 +274,35 @@ func newSoakSessions() *soakSessions {
 
 // soakCall is one call of a session's life and the answer it must get.
 type soakCall struct {
-	body   map[string]any
+	body   any
 	status string
 	result string // the last line's value
 }
 
 var soakSessionCalls = []soakCall{
-	{body: map[string]any{"code": "import subprocess\np = subprocess.Popen(['sleep', '600'])\nn = 0\nn"}, status: "ok", result: "0"},
-	{body: map[string]any{"code": "n += 1\nn"}, status: "ok", result: "1"},
+	{body: api.SessionExecuteRequest{Code: "import subprocess\np = subprocess.Popen(['sleep', '600'])\nn = 0\nn"}, status: "ok", result: "0"},
+	{body: api.SessionExecuteRequest{Code: "n += 1\nn"}, status: "ok", result: "1"},
 	// Interrupted at its timeout, the call ends in KeyboardInterrupt: the
 	// interpreter and its state are kept.
-	{body: map[string]any{"code": "import time\ntime.sleep(60)", "limits": map[string]any{"timeout_ms": 300}}, status: "timeout"},
-	{body: map[string]any{"code": "n += 1\nn"}, status: "ok", result: "2"},
-	{body: map[string]any{"code": "n += 1 if p.poll() is None else 100\nn"}, status: "ok", result: "3"},
+	{body: api.ExecuteRequest{Code: "import time\ntime.sleep(60)", Limits: &api.Limits{TimeoutMs: ptr(int64(300))}}, status: "timeout"},
+	{body: api.ExecuteRequest{Code: "n += 1\nn"}, status: "ok", result: "2"},
+	{body: api.ExecuteRequest{Code: "n += 1 if p.poll() is None else 100\nn"}, status: "ok", result: "3"},
+}
+
+// soakDo sends a request (with Content-Type ctype, if set) and reads
+// the answer.
+func soakDo(client *http.Client, method, path, ctype string, body io.Reader) (int, []byte, error) {
+	req, _ := http.NewRequest(method, "http://jaild"+path, body)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw, err
 }
 
 // life opens a session, runs soakSessionCalls in it and deletes it; the
@@ -303,24 +312,13 @@ func (ss *soakSessions) life(client *http.Client) (retErr error) {
 	defer func() { <-ss.slots }()
 	ss.lives.Add(1)
 	do := func(method, path string, body any) (int, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = strings.NewReader(string(b))
+		if body == nil {
+			return soakDo(client, method, path, "", nil)
 		}
-		req, _ := http.NewRequest(method, "http://jaild"+path, rd)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, raw, err
+		b, _ := json.Marshal(body)
+		return soakDo(client, method, path, "application/json", strings.NewReader(string(b)))
 	}
-	status, raw, err := do("POST", "/v1/sessions", map[string]any{})
+	status, raw, err := do("POST", "/v1/sessions", api.SessionCreateRequest{})
 	if err != nil {
 		return err
 	}
@@ -416,39 +414,25 @@ func soakStream(client *http.Client) error {
 // soakStore uploads a file, runs code on it that returns its output to
 // the store, reads that back and deletes both.
 func soakStore(client *http.Client) error {
-	do := func(method, path, ctype string, body io.Reader) (int, []byte, error) {
-		req, _ := http.NewRequest(method, "http://jaild"+path, body)
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, raw, err
-	}
 	data := strings.Repeat("soak store\n", 6000)
-	status, raw, err := do("POST", "/v1/files?name=in.txt", "", strings.NewReader(data))
+	status, raw, err := soakDo(client, "POST", "/v1/files?name=in.txt", "", strings.NewReader(data))
 	var in api.StoredFile
 	if err != nil || status != http.StatusCreated || strictJSON(raw, &in) != nil {
 		return fmt.Errorf("upload: HTTP %d %.300s (%v)", status, raw, err)
 	}
-	defer do("DELETE", "/v1/files/"+in.FileID, "", nil) //nolint:errcheck // best effort; a leak shows in the check below
-	b, _ := json.Marshal(map[string]any{"code": "open('out.txt', 'w').write(open('in.txt').read().upper())",
-		"files": []map[string]string{{"path": "in.txt", "file_id": in.FileID}}, "return_files": []string{"out.txt"}, "return_files_as": "store"})
-	status, raw, err = do("POST", "/v1/execute", "application/json", strings.NewReader(string(b)))
+	defer soakDo(client, "DELETE", "/v1/files/"+in.FileID, "", nil) //nolint:errcheck // best effort; a leak shows in the check below
+	b, _ := json.Marshal(api.ExecuteRequest{Code: "open('out.txt', 'w').write(open('in.txt').read().upper())", Files: []api.FileIn{{Path: "in.txt", FileID: in.FileID}}, ReturnFiles: []string{"out.txt"}, ReturnFilesAs: "store"})
+	status, raw, err = soakDo(client, "POST", "/v1/execute", "application/json", strings.NewReader(string(b)))
 	var r api.ExecuteResponse
 	if err != nil || status != http.StatusOK || strictJSON(raw, &r) != nil || r.Status != "ok" || len(r.Files) != 1 || r.Files[0].FileID == "" {
 		return fmt.Errorf("execute: HTTP %d %.300s (%v)", status, raw, err)
 	}
 	out := r.Files[0].FileID
-	status, raw, err = do("GET", "/v1/files/"+out, "", nil)
+	status, raw, err = soakDo(client, "GET", "/v1/files/"+out, "", nil)
 	if err != nil || status != http.StatusOK || string(raw) != strings.ToUpper(data) {
 		return fmt.Errorf("get the output: HTTP %d, %d bytes (%v)", status, len(raw), err)
 	}
-	if status, raw, err = do("DELETE", "/v1/files/"+out, "", nil); err != nil || status != http.StatusOK {
+	if status, raw, err = soakDo(client, "DELETE", "/v1/files/"+out, "", nil); err != nil || status != http.StatusOK {
 		return fmt.Errorf("delete the output: HTTP %d %.300s (%v)", status, raw, err)
 	}
 	return nil

@@ -25,11 +25,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // sleepGap: the codes that print, sleep 2 s and print again must show
@@ -43,17 +43,9 @@ const sleepGap = 1500 * time.Millisecond
 // runs must not queue for long.
 func startStreamDaemon(t *testing.T) *daemon {
 	t.Helper()
-	d, err := startTunedDaemon("", 0, nil, func(c string) string {
+	d := startDaemon(t, daemontest.Options{Tune: func(c string) string {
 		return setKeys(c, map[string]string{"max_concurrent": "6", "queue_size": "64", "queue_wait": `"60s"`})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	}})
 	return d
 }
 
@@ -70,7 +62,7 @@ func postStream(ctx context.Context, d *daemon, path string, body any, accept st
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
-	return d.client.Do(req)
+	return d.Client.Do(req)
 }
 
 // arrived is an event of a stream and when the test read it.
@@ -326,12 +318,54 @@ func streamExec(ctx context.Context, d *daemon, path string, body any, format st
 	return parseStream(evs)
 }
 
+// disconnectBounds bound dropAfterOutput's waits: for the run's
+// processes to die (wait), how soon after the disconnect they must have
+// died (die), and for its jail to be torn down (down).
+type disconnectBounds struct{ wait, die, down time.Duration }
+
+// dropAfterOutput reads a streamed run's events up to its first output
+// (onStart, if set, gets the run's id as soon as it is known), checks that
+// the run has processes in cg, drops the connection (cancel) and checks
+// that the processes die and the jail is torn down within b.
+func dropAfterOutput(t *testing.T, resp *http.Response, cancel context.CancelFunc, cg *jailCgroups, onStart func(runID string), b disconnectBounds) {
+	t.Helper()
+	r := &eventReader{br: bufio.NewReader(resp.Body)}
+	var start api.EventStartData
+	for {
+		ev, err := r.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event == api.EventStart {
+			_ = json.Unmarshal(ev.Data, &start)
+			if onStart != nil {
+				onStart(start.RunID)
+			}
+		}
+		if ev.Event == api.EventStdout {
+			break
+		}
+	}
+	pids := cg.jailProcs(start.RunID)
+	if len(pids) == 0 {
+		t.Fatalf("run %s has no processes in its cgroup while it prints", start.RunID)
+	}
+	cancel()
+	resp.Body.Close()
+	gone := time.Now()
+	waitFor(t, b.wait, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
+	if took := time.Since(gone); took > b.die {
+		t.Errorf("the run died %v after the disconnect, want within %v", took, b.die)
+	}
+	waitFor(t, b.down, "the run's jail to be torn down", func() bool { return !cg.live()[start.RunID] })
+}
+
 // plainExec runs an execute request without streaming. Unlike
 // daemon.call it reports errors instead of failing the test, so that it
 // can run in a goroutine.
 func plainExec(d *daemon, body any) (*api.ExecuteResponse, error) {
 	j, _ := json.Marshal(body)
-	resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(j))
+	resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(j))
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +432,7 @@ func TestStream(t *testing.T) {
 		for _, format := range []string{api.MediaNDJSON, api.MediaSSE} {
 			t.Run(format, func(t *testing.T) {
 				t.Parallel()
-				s, err := streamExec(context.Background(), d, "/v1/execute", map[string]any{"code": twoLines}, format)
+				s, err := streamExec(context.Background(), d, "/v1/execute", api.ExecuteRequest{Code: twoLines}, format)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -429,7 +463,7 @@ func TestStream(t *testing.T) {
 	t.Run("events equal the JSON response", func(t *testing.T) {
 		type tc struct {
 			name  string
-			body  map[string]any
+			body  api.ExecuteRequest
 			check func(t *testing.T, plain *api.ExecuteResponse, s *streamed)
 		}
 		rawBytes := make([]byte, 256)
@@ -437,10 +471,10 @@ func TestStream(t *testing.T) {
 			rawBytes[i] = byte(i)
 		}
 		cases := []tc{
-			{name: "prints", body: map[string]any{"code": "for i in range(300):\n    print('line', i)\nprint('ünïcödé €', end='')"}},
+			{name: "prints", body: api.ExecuteRequest{Code: "for i in range(300):\n    print('line', i)\nprint('ünïcödé €', end='')"}},
 			{
 				name: "stdout and stderr",
-				body: map[string]any{"code": "import sys\nprint('out 1')\nprint('err 1', file=sys.stderr)\nsys.stderr.write('partial')\nprint('out 2')\nsys.exit(3)"},
+				body: api.ExecuteRequest{Code: "import sys\nprint('out 1')\nprint('err 1', file=sys.stderr)\nsys.stderr.write('partial')\nprint('out 2')\nsys.exit(3)"},
 				check: func(t *testing.T, p *api.ExecuteResponse, _ *streamed) {
 					if p.ExitCode == nil || *p.ExitCode != 3 || p.Stderr != "err 1\npartial" {
 						t.Errorf("exit %v stderr %q", p.ExitCode, p.Stderr)
@@ -452,7 +486,7 @@ func TestStream(t *testing.T) {
 				// byte followed by no continuation, and a run of two invalid
 				// bytes cut the same way (one U+FFFD, as in the JSON response).
 				name: "invalid UTF-8 across flushes",
-				body: map[string]any{"code": "import sys, time\n" +
+				body: api.ExecuteRequest{Code: "import sys, time\n" +
 					"o, e = sys.stdout.buffer, sys.stderr.buffer\n" +
 					"o.write(b'a\\xffb\\xe2\\x82'); o.flush(); e.write(b'x\\xff'); e.flush()\n" +
 					"time.sleep(0.3)\n" +
@@ -470,7 +504,7 @@ func TestStream(t *testing.T) {
 			},
 			{
 				name: "exception",
-				body: map[string]any{"code": "print('before')\ndef f():\n    raise ValueError('bad thing')\nf()"},
+				body: api.ExecuteRequest{Code: "print('before')\ndef f():\n    raise ValueError('bad thing')\nf()"},
 				check: func(t *testing.T, p *api.ExecuteResponse, s *streamed) {
 					if p.Status != "error" || p.Error == nil || p.Error.Type != "ValueError" || (s != nil && s.exception == nil) {
 						t.Errorf("status %q error %+v", p.Status, p.Error)
@@ -479,7 +513,7 @@ func TestStream(t *testing.T) {
 			},
 			{
 				name: "last_line_interactive",
-				body: map[string]any{"code": "x = 6\nprint('computing')\nx * 7", "last_line_interactive": true},
+				body: api.ExecuteRequest{Code: "x = 6\nprint('computing')\nx * 7", LastLineInteractive: true},
 				check: func(t *testing.T, p *api.ExecuteResponse, s *streamed) {
 					if p.Result == nil || *p.Result != "42" || (s != nil && s.result == nil) {
 						t.Errorf("result %v", deref2(p.Result))
@@ -488,7 +522,7 @@ func TestStream(t *testing.T) {
 			},
 			{
 				name: "figures",
-				body: map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nprint('plotted')"},
+				body: api.ExecuteRequest{Code: "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.figure()\nplt.bar([1, 2], [3, 4])\nprint('plotted')"},
 				check: func(t *testing.T, p *api.ExecuteResponse, _ *streamed) {
 					if len(p.Figures) != 2 {
 						t.Errorf("%d figures, want 2", len(p.Figures))
@@ -497,10 +531,10 @@ func TestStream(t *testing.T) {
 			},
 			{
 				name: "return_files",
-				body: map[string]any{
-					"code":         "import os\nos.makedirs('out')\nopen('out/sum.txt', 'w').write(str(sum(int(l) for l in open('in.csv'))))\nopen('out/raw.bin', 'wb').write(bytes(range(256)))\nprint('wrote')",
-					"files":        []map[string]string{{"path": "in.csv", "content_b64": base64.StdEncoding.EncodeToString([]byte("1\n2\n3\n"))}},
-					"return_files": []string{"out/*"},
+				body: api.ExecuteRequest{
+					Code:        "import os\nos.makedirs('out')\nopen('out/sum.txt', 'w').write(str(sum(int(l) for l in open('in.csv'))))\nopen('out/raw.bin', 'wb').write(bytes(range(256)))\nprint('wrote')",
+					Files:       []api.FileIn{{Path: "in.csv", ContentB64: base64.StdEncoding.EncodeToString([]byte("1\n2\n3\n"))}},
+					ReturnFiles: []string{"out/*"},
 				},
 				check: func(t *testing.T, p *api.ExecuteResponse, _ *streamed) {
 					got := filesByPath(p)
@@ -512,7 +546,7 @@ func TestStream(t *testing.T) {
 			{
 				// The one case with a silence longer than keepaliveEvery (5 s).
 				name: "keepalive in silence",
-				body: map[string]any{"code": "import time\nprint('a')\ntime.sleep(6)\nprint('b')"},
+				body: api.ExecuteRequest{Code: "import time\nprint('a')\ntime.sleep(6)\nprint('b')"},
 				check: func(t *testing.T, _ *api.ExecuteResponse, s *streamed) {
 					if s == nil {
 						return
@@ -532,7 +566,7 @@ func TestStream(t *testing.T) {
 			{
 				// 100-byte lines: the cap falls on a line's end.
 				name: "output cap",
-				body: map[string]any{"code": "while True:\n    print('x' * 99)", "limits": map[string]any{"output_bytes": 100_000}},
+				body: api.ExecuteRequest{Code: "while True:\n    print('x' * 99)", Limits: &api.Limits{OutputBytes: ptr(int64(100_000))}},
 				check: func(t *testing.T, p *api.ExecuteResponse, s *streamed) {
 					if p.Status != "output_limit" || !p.StdoutTruncated || p.Stdout != strings.Repeat(strings.Repeat("x", 99)+"\n", 1000) {
 						t.Errorf("status %q truncated %v, %d bytes of stdout", p.Status, p.StdoutTruncated, len(p.Stdout))
@@ -544,7 +578,7 @@ func TestStream(t *testing.T) {
 			},
 			{
 				name: "timeout",
-				body: map[string]any{"code": "import time\nprint('going', flush=True)\ntime.sleep(30)", "limits": map[string]any{"timeout_ms": 1500}},
+				body: api.ExecuteRequest{Code: "import time\nprint('going', flush=True)\ntime.sleep(30)", Limits: &api.Limits{TimeoutMs: ptr(int64(1500))}},
 				check: func(t *testing.T, p *api.ExecuteResponse, _ *streamed) {
 					if p.Status != "timeout" || !p.TimedOut || p.Stdout != "going\n" {
 						t.Errorf("status %q timed_out %v stdout %q", p.Status, p.TimedOut, p.Stdout)
@@ -556,7 +590,7 @@ func TestStream(t *testing.T) {
 				// what reaches the response must not depend on streaming
 				// (a streamed run's stdout is line-buffered).
 				name: "unflushed line at a timeout",
-				body: map[string]any{"code": "import time\nprint('going')\ntime.sleep(30)", "limits": map[string]any{"timeout_ms": 1500}},
+				body: api.ExecuteRequest{Code: "import time\nprint('going')\ntime.sleep(30)", Limits: &api.Limits{TimeoutMs: ptr(int64(1500))}},
 				check: func(t *testing.T, p *api.ExecuteResponse, _ *streamed) {
 					if p.Status != "timeout" {
 						t.Errorf("status %q", p.Status)
@@ -619,36 +653,11 @@ func TestStream(t *testing.T) {
 				t.Parallel()
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				resp, err := postStream(ctx, d, "/v1/execute", map[string]any{"code": c.code, "limits": map[string]any{"timeout_ms": 60_000}}, api.MediaNDJSON)
+				resp, err := postStream(ctx, d, "/v1/execute", api.ExecuteRequest{Code: c.code, Limits: &api.Limits{TimeoutMs: ptr(int64(60_000))}}, api.MediaNDJSON)
 				if err != nil {
 					t.Fatal(err)
 				}
-				r := &eventReader{br: bufio.NewReader(resp.Body)}
-				var start api.EventStartData
-				for {
-					ev, err := r.next()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ev.Event == api.EventStart {
-						_ = json.Unmarshal(ev.Data, &start)
-					}
-					if ev.Event == api.EventStdout {
-						break
-					}
-				}
-				pids := cg.jailProcs(start.RunID)
-				if len(pids) == 0 {
-					t.Fatalf("run %s has no processes in its cgroup while it prints", start.RunID)
-				}
-				cancel()
-				resp.Body.Close()
-				gone := time.Now()
-				waitFor(t, 5*time.Second, "the run's processes to die", func() bool { return len(survivors(pids, start.RunID)) == 0 })
-				if took := time.Since(gone); took > 1500*time.Millisecond {
-					t.Errorf("run died %v after the disconnect, want about a second", took)
-				}
-				waitFor(t, 15*time.Second, "the run's jail to be torn down", func() bool { return !cg.live()[start.RunID] })
+				dropAfterOutput(t, resp, cancel, cg, nil, disconnectBounds{wait: 5 * time.Second, die: 1500 * time.Millisecond, down: 15 * time.Second})
 			})
 		}
 	})
@@ -670,7 +679,7 @@ func TestStream(t *testing.T) {
 			for _, format := range []string{api.MediaNDJSON, api.MediaSSE} {
 				req, _ := http.NewRequest(http.MethodPost, "http://jaild"+c.path, strings.NewReader(c.body))
 				req.Header.Set("Accept", format)
-				resp, err := d.client.Do(req)
+				resp, err := d.Client.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -691,12 +700,12 @@ func TestStream(t *testing.T) {
 	// is streamed or not.
 	t.Run("session", func(t *testing.T) {
 		t.Parallel()
-		sess := newSession(t, d, nil)
+		sess := newSession(t, d, api.SessionCreateRequest{})
 		defer deleteSession(t, d, sess.SessionID)
 		path := "/v1/sessions/" + sess.SessionID + "/execute"
 		call := func(format, code string) (*streamed, *api.SessionExecuteResponse) {
 			t.Helper()
-			s, err := streamExec(context.Background(), d, path, map[string]any{"code": code}, format)
+			s, err := streamExec(context.Background(), d, path, api.ExecuteRequest{Code: code}, format)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -726,7 +735,7 @@ func TestStream(t *testing.T) {
 	// jailctl exec prints a run's output as it comes.
 	t.Run("jailctl exec", func(t *testing.T) {
 		t.Parallel()
-		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "exec", "-c", twoLines)
+		cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "exec", "-c", twoLines)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -762,30 +771,16 @@ func TestStreamSlowReader(t *testing.T) {
 	line := strings.Repeat("y", 1023) + "\n"
 	// A first streamed run: what the daemon allocates once is in the
 	// baseline.
-	if _, err := streamExec(context.Background(), d, "/v1/execute", map[string]any{"code": "print('warm-up')"}, api.MediaNDJSON); err != nil {
+	if _, err := streamExec(context.Background(), d, "/v1/execute", api.ExecuteRequest{Code: "print('warm-up')"}, api.MediaNDJSON); err != nil {
 		t.Fatal(err)
 	}
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 	base := vmRSS(pid)
-	var peak atomic.Int64
 	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if n := vmRSS(pid); n > peak.Load() {
-				peak.Store(n)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
-	resp, err := postStream(context.Background(), d, "/v1/execute", map[string]any{
-		"code":   fmt.Sprintf("import sys\nline = 'y' * 1023 + '\\n'\nfor _ in range(%d):\n    sys.stdout.write(line)", lines),
-		"limits": map[string]any{"output_bytes": outputCap},
+	peak, sampled := sampleRSS(pid, stop)
+	resp, err := postStream(context.Background(), d, "/v1/execute", api.ExecuteRequest{
+		Code:   fmt.Sprintf("import sys\nline = 'y' * 1023 + '\\n'\nfor _ in range(%d):\n    sys.stdout.write(line)", lines),
+		Limits: &api.Limits{OutputBytes: ptr(int64(outputCap))},
 	}, api.MediaNDJSON)
 	if err != nil {
 		t.Fatal(err)

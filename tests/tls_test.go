@@ -16,6 +16,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/daemontest"
 	"github.com/jaild/jaild/internal/tlsauth/tlsauthtest"
 )
 
@@ -81,26 +82,21 @@ func tlsSection(port int, cert, key, ca string, clients ...string) string {
 // 503, the run in flight finishes.
 func TestTLS(t *testing.T) {
 	port := freePort(t)
-	d, err := newTunedDaemon("", 0, nil)
+	d, err := prepareDaemon(daemontest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	running := false
-	defer func() {
-		if running {
-			if err := d.stop(); err != nil {
-				t.Error(err)
-			}
-		} else {
-			os.RemoveAll(d.dir)
+	defer func() { // stops the daemon if the test has not; removes its directory
+		if err := d.Stop(); err != nil {
+			t.Error(err)
 		}
 	}()
 	ca := tlsauthtest.NewCA(t, "jaild test CA")
-	cert, key := ca.Server(t).Write(t, d.dir, "server")
-	caFile := ca.Write(t, d.dir, "client-ca.crt")
+	cert, key := ca.Server(t).Write(t, d.Dir, "server")
+	caFile := ca.Write(t, d.Dir, "client-ca.crt")
 	aliceLeaf, bobLeaf := ca.Client(t, "alice"), ca.Client(t, "bob")
-	bobCert, bobKey := bobLeaf.Write(t, d.dir, "bob")
-	cfgPath := filepath.Join(d.dir, "jaild.toml")
+	bobCert, bobKey := bobLeaf.Write(t, d.Dir, "bob")
+	cfgPath := filepath.Join(d.Dir, "jaild.toml")
 	base, err := os.ReadFile(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +104,9 @@ func TestTLS(t *testing.T) {
 	if err := os.WriteFile(cfgPath, append(bytes.Clone(base), tlsSection(port, cert, key, caFile, "alice", "bob")...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.launch(nil); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	running = true
 	alice := newTLSClient(port, ca, aliceLeaf)
 
 	// The socket comes up first; the TLS listener right after.
@@ -132,8 +127,8 @@ func TestTLS(t *testing.T) {
 	if info.Caller.Client != "alice" || info.Caller.UID != config.TLSClientUID("alice") || info.Caller.QuotaRemaining == nil || *info.Caller.QuotaRemaining != 19 {
 		t.Errorf("alice's info: %+v (quota %v), want her uid and her own quota of 20 less 1", info.Caller, info.Caller.QuotaRemaining)
 	}
-	if !strings.Contains(d.log.String(), `"client":"alice"`) {
-		t.Errorf("no audit line names alice:\n%s", d.log.String())
+	if !strings.Contains(d.Log.String(), `"client":"alice"`) {
+		t.Errorf("no audit line names alice:\n%s", d.Log.String())
 	}
 
 	// jailctl with --host and bob's certificate.
@@ -159,13 +154,13 @@ func TestTLS(t *testing.T) {
 	if err := os.WriteFile(cfgPath, append(bytes.Clone(base), tlsSection(port, cert, key, caFile, "alice")...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := strings.Count(d.log.String(), `"msg":"reload`)
-	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	before := strings.Count(d.Log.String(), `"msg":"reload`)
+	if err := d.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "the reload", func() bool { return strings.Count(d.log.String(), `"msg":"reload`) > before })
-	if !strings.Contains(d.log.String(), `"msg":"reloaded"`) {
-		t.Fatalf("the reload failed:\n%s", d.log.String())
+	waitFor(t, 60*time.Second, "the reload", func() bool { return strings.Count(d.Log.String(), `"msg":"reload`) > before })
+	if !strings.Contains(d.Log.String(), `"msg":"reloaded"`) {
+		t.Fatalf("the reload failed:\n%s", d.Log.String())
 	}
 	var eb api.ErrorBody
 	if status := bob.call(t, "GET", "/v1/info", "", &eb); status != 403 || eb.Error.Type != "forbidden" {
@@ -194,7 +189,7 @@ func TestTLS(t *testing.T) {
 		alice.call(t, "GET", "/v1/info", "", &info)
 		return info.Capacity.Running == 1
 	})
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "ready to say 503", func() bool {
@@ -222,18 +217,16 @@ func TestTLS(t *testing.T) {
 	}
 
 	done := make(chan error, 1)
-	go func() { done <- d.cmd.Wait() }()
+	go func() { done <- d.WaitExit() }()
 	select {
 	case err := <-done:
-		running = false
 		if err != nil {
-			t.Errorf("the daemon exited with %v after SIGTERM\n%s", err, d.log.String())
+			t.Errorf("the daemon exited with %v after SIGTERM\n%s", err, d.Log.String())
 		}
 	case <-time.After(60 * time.Second):
-		running = false
-		_ = d.cmd.Process.Kill()
+		_ = d.Cmd.Process.Kill()
 		<-done
-		t.Fatalf("the daemon did not exit after the drain\n%s", d.log.String())
+		t.Fatalf("the daemon did not exit after the drain\n%s", d.Log.String())
 	}
 	if _, _, err := alice.try("GET", "/v1/health", ""); err == nil {
 		t.Error("the TLS listener still answers after the daemon exited")

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 const chromium = "/usr/bin/chromium"
@@ -100,7 +102,7 @@ func copyFile(t *testing.T, from, to string) {
 // the URL it printed.
 func startWeb(t *testing.T, d *daemon) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.socket, "web", "--http", "127.0.0.1:0")
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "web", "--http", "127.0.0.1:0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -152,15 +154,7 @@ func TestWebPlayground(t *testing.T) {
 	}
 	node := nodeDir(t)
 	modules := webTestModules(t, node)
-	d, err := startDaemon("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	d := startDaemon(t, daemontest.Options{})
 	url := startWeb(t, d)
 
 	work := t.TempDir()
@@ -182,7 +176,7 @@ func TestWebPlayground(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("playground.mjs: %v\nstdout: %s\nstderr: %s\njaild log:\n%s", err, out, stderr.String(), d.log.String())
+		t.Fatalf("playground.mjs: %v\nstdout: %s\nstderr: %s\njaild log:\n%s", err, out, stderr.String(), d.Log.String())
 	}
 	// The script checked each step; this reads back the main facts, so a
 	// script that stopped checking would not pass.

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 // Config configures a benchmark run.
@@ -231,9 +232,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 		return nil, err
 	}
 	warm.waitReady(ctx)
-	rep.DaemonRSSBytes = procStatus(warm.cmd.Process.Pid, "VmRSS:")
+	rep.DaemonRSSBytes = procStatus(warm.Pid(), "VmRSS:")
 	// Only the pool's jails: the sessions' are torn down in the background.
-	name := "bench-" + filepath.Base(warm.dir)
+	name := "bench-" + filepath.Base(warm.Dir)
 	for deadline := time.Now().Add(30 * time.Second); len(warmJailMemory(name)) > 2*cfg.PoolSize && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -342,7 +343,7 @@ func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) 
 }
 
 func (d *daemon) createSession() (string, error) {
-	resp, err := d.client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader("{}"))
+	resp, err := d.Client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader("{}"))
 	if err != nil {
 		return "", err
 	}
@@ -359,14 +360,14 @@ func (d *daemon) createSession() (string, error) {
 
 func (d *daemon) deleteSession(id string) {
 	req, _ := http.NewRequest(http.MethodDelete, "http://jaild/v1/sessions/"+id, nil)
-	if resp, err := d.client.Do(req); err == nil {
+	if resp, err := d.Client.Do(req); err == nil {
 		resp.Body.Close()
 	}
 }
 
 func (d *daemon) sessionCall(id, code string) error {
 	body, _ := json.Marshal(map[string]string{"code": code})
-	resp, err := d.client.Post("http://jaild/v1/sessions/"+id+"/execute", "application/json", bytes.NewReader(body))
+	resp, err := d.Client.Post("http://jaild/v1/sessions/"+id+"/execute", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -465,34 +466,22 @@ func (c *chroot) close() {
 
 // daemon is a jaild started for the benchmark.
 type daemon struct {
-	dir    string
-	cmd    *exec.Cmd
-	client *http.Client
-	pool   int
+	*daemontest.Daemon
+	pool int
 }
 
 // startDaemon starts jaild on image with a warm pool of pool jails of each
 // kind; noPreload: the preloaded ones import nothing (an image without
 // numpy and pandas).
 func startDaemon(cfg Config, image string, pool int, noPreload bool) (*daemon, error) {
-	dir, err := os.MkdirTemp("", "jb")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o711); err != nil { // jails reach run_dir as an unprivileged uid
-		return nil, err
-	}
-	sock := filepath.Join(dir, "s.sock")
 	preload := ""
 	if noPreload {
 		preload = "preimport = []\n"
 	}
-	conf := fmt.Sprintf(`socket = %q
-run_dir = %q
-cgroup_name = %q
-image = %q
-seccomp_profile = %q
-socket_group = ""
+	d, err := daemontest.Start(daemontest.Options{
+		Binary: cfg.Jaild, Image: image, Profile: cfg.Profile, Name: "bench", DirPrefix: "jb",
+		DirMode: 0o711, // jails reach run_dir as an unprivileged uid
+		Config: fmt.Sprintf(`socket_group = ""
 host_id_base = %d
 [admission]
 max_concurrent = 32
@@ -500,41 +489,21 @@ queue_size = 256
 queue_wait = "60s"
 rate_per_minute = 0
 daily_quota = 0
-[pool]
-size = %d
-plain_size = %d
-%s[files]
-dir = %q
-`, sock, filepath.Join(dir, "run"), "bench-"+filepath.Base(dir), image, cfg.Profile, 1_500_000_000+pool*70000, pool, pool, preload, filepath.Join(dir, "files"))
-	if err := os.WriteFile(filepath.Join(dir, "jaild.toml"), []byte(conf), 0o600); err != nil {
-		return nil, err
-	}
-	d := &daemon{dir: dir, pool: pool, cmd: exec.Command(cfg.Jaild, "--config", filepath.Join(dir, "jaild.toml"))}
-	var log bytes.Buffer
-	d.cmd.Stderr = &log
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	d.client = &http.Client{Transport: &http.Transport{
-		MaxIdleConnsPerHost: 64,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+`, 1_500_000_000+pool*70000),
+		Pool: pool, PoolConfig: preload, Conns: 64,
+		Ready: func(d *daemontest.Daemon) bool {
+			status, _, err := d.Get("/v1/health")
+			return err == nil && status != 0
 		},
-	}}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if resp, err := d.client.Get("http://jaild/v1/health"); err == nil {
-			resp.Body.Close()
-			return d, nil
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, fmt.Errorf("jaild did not start: %s", log.String())
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jaild did not start: %w", err)
 	}
+	return &daemon{Daemon: d, pool: pool}, nil
 }
 
 func (d *daemon) call(w Workload) error {
-	resp, err := d.client.Post("http://jaild"+w.Endpoint, "application/json", bytes.NewReader(w.Body))
+	resp, err := d.Client.Post("http://jaild"+w.Endpoint, "application/json", bytes.NewReader(w.Body))
 	if err != nil {
 		return err
 	}
@@ -560,11 +529,7 @@ func (d *daemon) waitReady(ctx context.Context) {
 	}
 }
 
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(os.Interrupt)
-	_ = d.cmd.Wait()
-	_ = os.RemoveAll(d.dir)
-}
+func (d *daemon) stop() { _ = d.Stop() }
 
 // procStatus reads a size field of /proc/PID/status ("VmRSS:") in bytes.
 func procStatus(pid int, key string) uint64 {

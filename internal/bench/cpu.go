@@ -155,7 +155,7 @@ func measureCPU(ctx context.Context, n int, bare *chroot, d *daemon) (CPU, error
 	pid := 0
 	if d != nil {
 		run = func() error { return d.call(workloads()[0]) }
-		pid = d.cmd.Process.Pid
+		pid = d.Pid()
 		if err := d.atRest(ctx); err != nil {
 			return CPU{}, err
 		}
@@ -186,7 +186,7 @@ func measureCPU(ctx context.Context, n int, bare *chroot, d *daemon) (CPU, error
 // atRest waits until the daemon holds exactly its full pool's jails (no
 // run's jail still being torn down), polling its cgroups, not its API.
 func (d *daemon) atRest(ctx context.Context) error {
-	name := "bench-" + filepath.Base(d.dir)
+	name := "bench-" + filepath.Base(d.Dir)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if len(warmJailMemory(name)) == 2*d.pool && d.poolFull() {
 			return nil
@@ -209,7 +209,7 @@ func (d *daemon) poolState() (bool, error) {
 	if d.pool == 0 {
 		return true, nil
 	}
-	resp, err := d.client.Get("http://jaild/v1/info")
+	resp, err := d.Client.Get("http://jaild/v1/info")
 	if err != nil {
 		return false, err
 	}

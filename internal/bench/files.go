@@ -122,15 +122,9 @@ func returnRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 	}
 	row.InlineCodecMs = median(codec)
 
-	var id string
-	drop := func() {
-		if id != "" {
-			d.deleteFile(id)
-			id = ""
-		}
-	}
+	st := &stored{d: d}
 	grow := d.watchRSS()
-	row.Store, err = measureAfter(n, func() { drop(); ready() }, func() error {
+	row.Store, err = measureAfter(n, func() { st.drop(); ready() }, func() error {
 		res, err := d.execute(api.ExecuteRequest{Code: code, Limits: fileLimits, ReturnFiles: []string{"out.bin"}, ReturnFilesAs: "store"})
 		if err != nil {
 			return err
@@ -138,11 +132,11 @@ func returnRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 		if len(res.Files) != 1 || res.Files[0].FileID == "" {
 			return fmt.Errorf("not stored: %+v", res.Files)
 		}
-		id = res.Files[0].FileID
-		return d.getFile(id, size)
+		st.id = res.Files[0].FileID
+		return d.getFile(st.id, size)
 	})
 	row.StoreRSSGrowth = grow()
-	drop()
+	st.drop()
 	return row, err
 }
 
@@ -179,29 +173,36 @@ func uploadRow(ctx context.Context, d *daemon, size int64, n int) (FileRow, erro
 		row.InlineCodecMs = median(codec)
 	}
 
-	var id string
-	drop := func() {
-		if id != "" {
-			d.deleteFile(id)
-			id = ""
-		}
-	}
+	st := &stored{d: d}
 	grow := d.watchRSS()
-	row.Store, err = measureAfter(n, func() { drop(); ready() }, func() error {
+	row.Store, err = measureAfter(n, func() { st.drop(); ready() }, func() error {
 		var err error
-		if id, err = d.putFile("in.bin", data); err != nil {
+		if st.id, err = d.putFile("in.bin", data); err != nil {
 			return err
 		}
-		return run(api.FileIn{Path: "in.bin", FileID: id})
+		return run(api.FileIn{Path: "in.bin", FileID: st.id})
 	})
 	row.StoreRSSGrowth = grow()
 	if err != nil {
-		drop()
+		st.drop()
 		return row, err
 	}
-	row.Alone, err = measureAfter(n, ready, func() error { return run(api.FileIn{Path: "in.bin", FileID: id}) })
-	drop()
+	row.Alone, err = measureAfter(n, ready, func() error { return run(api.FileIn{Path: "in.bin", FileID: st.id}) })
+	st.drop()
 	return row, err
+}
+
+// stored is the file a measurement left in the store; drop deletes it.
+type stored struct {
+	d  *daemon
+	id string
+}
+
+func (s *stored) drop() {
+	if s.id != "" {
+		s.d.deleteFile(s.id)
+		s.id = ""
+	}
 }
 
 // refusal is the daemon refusing a file inline (a size cap): reported,
@@ -235,7 +236,7 @@ func median(ds []float64) float64 {
 // post sends an execute request's body and returns the response's; a
 // 413 is a refusal.
 func (d *daemon) post(req []byte) ([]byte, error) {
-	resp, err := d.client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(req))
+	resp, err := d.Client.Post("http://jaild/v1/execute", "application/json", bytes.NewReader(req))
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +270,7 @@ func (d *daemon) execute(req api.ExecuteRequest) (*api.ExecuteResponse, error) {
 }
 
 func (d *daemon) putFile(name string, data []byte) (string, error) {
-	resp, err := d.client.Post("http://jaild/v1/files?name="+url.QueryEscape(name), "application/octet-stream", bytes.NewReader(data))
+	resp, err := d.Client.Post("http://jaild/v1/files?name="+url.QueryEscape(name), "application/octet-stream", bytes.NewReader(data))
 	if err != nil {
 		return "", err
 	}
@@ -285,7 +286,7 @@ func (d *daemon) putFile(name string, data []byte) (string, error) {
 // getFile reads the stored file id whole into memory, as the inline
 // client has it.
 func (d *daemon) getFile(id string, size int64) error {
-	resp, err := d.client.Get("http://jaild/v1/files/" + id)
+	resp, err := d.Client.Get("http://jaild/v1/files/" + id)
 	if err != nil {
 		return err
 	}
@@ -304,7 +305,7 @@ func (d *daemon) getFile(id string, size int64) error {
 
 func (d *daemon) deleteFile(id string) {
 	req, _ := http.NewRequest(http.MethodDelete, "http://jaild/v1/files/"+id, nil)
-	if resp, err := d.client.Do(req); err == nil {
+	if resp, err := d.Client.Do(req); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -313,7 +314,7 @@ func (d *daemon) deleteFile(id string) {
 // and returns a func giving how far the peak has since risen above the
 // RSS at the reset.
 func (d *daemon) watchRSS() func() uint64 {
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/clear_refs", []byte("5"), 0)
 	base := procStatus(pid, "VmRSS:")
 	return func() uint64 {

@@ -119,57 +119,53 @@ func (c *Client) QuotaRemaining() (n int64, limited bool) {
 	return *c.quota, true
 }
 
+// callAs is call decoding into a new T.
+func callAs[T any](ctx context.Context, c *Client, method, path string, in any) (*T, error) {
+	var out T
+	if err := c.call(ctx, method, path, in, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// callChecked is callAs failing with "malformed response: no <field>"
+// when has says the response lacks its required field.
+func callChecked[T any](ctx context.Context, c *Client, method, path string, in any, field string, has func(*T) bool) (*T, error) {
+	out, err := callAs[T](ctx, c, method, path, in)
+	if err != nil {
+		return nil, err
+	}
+	if !has(out) {
+		return nil, fmt.Errorf("jaild %s %s: malformed response: no %s", method, path, field)
+	}
+	return out, nil
+}
+
 // Execute runs code in a jail (POST /v1/execute). A run that started
 // returns a response whatever its outcome (see ExecuteResponse.Status);
 // the error is for requests the daemon refused or could not serve.
 func (c *Client) Execute(ctx context.Context, req *api.ExecuteRequest) (*api.ExecuteResponse, error) {
-	var resp api.ExecuteResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/execute", req, &resp); err != nil {
-		return nil, err
-	}
-	if resp.Status == "" {
-		return nil, errors.New("jaild POST /v1/execute: malformed response: no status")
-	}
-	return &resp, nil
+	return callChecked(ctx, c, http.MethodPost, "/v1/execute", req, "status", func(r *api.ExecuteResponse) bool { return r.Status != "" })
 }
 
 // Lint runs ruff's linter on code (POST /v1/lint).
 func (c *Client) Lint(ctx context.Context, req *api.LintRequest) (*api.LintResponse, error) {
-	var resp api.LintResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/lint", req, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.LintResponse](ctx, c, http.MethodPost, "/v1/lint", req)
 }
 
 // Format runs ruff's formatter on code (POST /v1/format).
 func (c *Client) Format(ctx context.Context, req *api.FormatRequest) (*api.FormatResponse, error) {
-	var resp api.FormatResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/format", req, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.FormatResponse](ctx, c, http.MethodPost, "/v1/format", req)
 }
 
 // Info describes the daemon, its limits and the caller (GET /v1/info).
 func (c *Client) Info(ctx context.Context) (*api.Info, error) {
-	var resp api.Info
-	if err := c.call(ctx, http.MethodGet, "/v1/info", nil, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.Info](ctx, c, http.MethodGet, "/v1/info", nil)
 }
 
 // Health reports whether the daemon is serving (GET /v1/health).
 func (c *Client) Health(ctx context.Context) (*api.Health, error) {
-	var resp api.Health
-	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, &resp); err != nil {
-		return nil, err
-	}
-	if resp.Status == "" {
-		return nil, errors.New("jaild GET /v1/health: malformed response: no status")
-	}
-	return &resp, nil
+	return callChecked(ctx, c, http.MethodGet, "/v1/health", nil, "status", func(r *api.Health) bool { return r.Status != "" })
 }
 
 // Do sends in (marshalled to JSON; nil sends no body) to path and returns
@@ -195,14 +191,11 @@ func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawM
 	}
 	req.Header.Set("Accept", "application/json")
 
-	resp, err := c.send(req)
+	resp, err := c.sendOK(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, responseError(resp)
-	}
 	return c.readObject(resp, method, path)
 }
 

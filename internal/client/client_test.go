@@ -17,45 +17,11 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
-// socketDir returns a short temporary directory: a Unix socket path must
-// fit in 108 bytes, which t.TempDir() can exceed.
-func socketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // serve runs h on a temporary Unix socket and returns a client of it.
-func serve(t *testing.T, h http.Handler) *Client {
-	t.Helper()
-	sock := filepath.Join(socketDir(t), "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return New(sock)
-}
-
-func canned(status int, headers map[string]string, body string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		for k, v := range headers {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}
-}
+func serve(t *testing.T, h http.Handler) *Client { return New(raw.Serve(t, h)) }
 
 func TestExecuteSuccess(t *testing.T) {
 	var got api.ExecuteRequest
@@ -93,10 +59,10 @@ func TestExecuteSuccess(t *testing.T) {
 
 func TestGetEndpoints(t *testing.T) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/info", canned(200, nil, `{"version":"1.0","api":"v1","rootfs":{"python_version":"3.12.3"},"caller":{"uid":1000,"quota_remaining":null}}`))
-	mux.Handle("GET /v1/health", canned(200, nil, `{"status":"ok"}`))
-	mux.Handle("POST /v1/lint", canned(200, nil, `{"diagnostics":[{"code":"F401","message":"unused","location":{"line":1,"column":8},"end_location":{"line":1,"column":10}}]}`))
-	mux.Handle("POST /v1/format", canned(200, nil, `{"code":"x = 1\n","changed":true}`))
+	mux.Handle("GET /v1/info", raw.JSON(200, nil, `{"version":"1.0","api":"v1","rootfs":{"python_version":"3.12.3"},"caller":{"uid":1000,"quota_remaining":null}}`))
+	mux.Handle("GET /v1/health", raw.JSON(200, nil, `{"status":"ok"}`))
+	mux.Handle("POST /v1/lint", raw.JSON(200, nil, `{"diagnostics":[{"code":"F401","message":"unused","location":{"line":1,"column":8},"end_location":{"line":1,"column":10}}]}`))
+	mux.Handle("POST /v1/format", raw.JSON(200, nil, `{"code":"x = 1\n","changed":true}`))
 	c := serve(t, mux)
 	ctx := context.Background()
 
@@ -148,7 +114,7 @@ func TestErrorResponses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := serve(t, canned(tt.status, tt.headers, tt.body))
+			c := serve(t, raw.JSON(tt.status, tt.headers, tt.body))
 			_, err := c.Execute(context.Background(), &api.ExecuteRequest{Code: "1"})
 			if !errors.Is(err, tt.class) {
 				t.Fatalf("err = %v; want class %v", err, tt.class)
@@ -193,7 +159,7 @@ func TestMalformedResponses(t *testing.T) {
 		"html":       `<html>ok</html>`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := serve(t, canned(200, nil, body))
+			c := serve(t, raw.JSON(200, nil, body))
 			resp, err := c.Execute(context.Background(), &api.ExecuteRequest{Code: "1"})
 			if err == nil || !strings.Contains(err.Error(), "malformed response") {
 				t.Errorf("Execute = %+v, %v; want a malformed response error", resp, err)
@@ -216,7 +182,7 @@ func TestResponseTooLarge(t *testing.T) {
 }
 
 func TestCannotConnect(t *testing.T) {
-	dir := socketDir(t)
+	dir := raw.SocketDir(t)
 
 	missing := filepath.Join(dir, "missing.sock")
 	_, err := New(missing).Health(context.Background())

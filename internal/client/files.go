@@ -91,20 +91,12 @@ func (c *Client) FileMeta(ctx context.Context, id string) (*api.StoredFile, erro
 	if err != nil {
 		return nil, err
 	}
-	var f api.StoredFile
-	if err := c.call(ctx, http.MethodGet, path+"/meta", nil, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return callAs[api.StoredFile](ctx, c, http.MethodGet, path+"/meta", nil)
 }
 
 // ListFiles lists the caller's stored files (an admin's: everyone's).
 func (c *Client) ListFiles(ctx context.Context) (*api.FileList, error) {
-	var l api.FileList
-	if err := c.call(ctx, http.MethodGet, "/v1/files", nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return callAs[api.FileList](ctx, c, http.MethodGet, "/v1/files", nil)
 }
 
 // DeleteFile removes the stored file id (DELETE /v1/files/{id}) and
@@ -114,11 +106,7 @@ func (c *Client) DeleteFile(ctx context.Context, id string) (*api.StoredFile, er
 	if err != nil {
 		return nil, err
 	}
-	var f api.StoredFile
-	if err := c.call(ctx, http.MethodDelete, path, nil, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return callAs[api.StoredFile](ctx, c, http.MethodDelete, path, nil)
 }
 
 // filePath is the path of a stored file. An ID that would not stay one
@@ -130,16 +118,27 @@ func filePath(id string) (string, error) {
 	return "/v1/files/" + url.PathEscape(id), nil
 }
 
+// sendOK sends req and returns a 2xx response; any other is its error
+// (responseError), its body read and closed.
+func (c *Client) sendOK(req *http.Request) (*http.Response, error) {
+	resp, err := c.send(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
 // decode sends req and decodes a 2xx response's JSON object into out.
 func (c *Client) decode(req *http.Request, out any) error {
-	resp, err := c.send(req)
+	resp, err := c.sendOK(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return responseError(resp)
-	}
 	raw, err := c.readObject(resp, req.Method, req.URL.Path)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // fakeStore is the file store's API over a map, with what it last saw.
@@ -201,7 +202,7 @@ func TestFilesErrors(t *testing.T) {
 		{400, `{"error":{"type":"invalid_argument","message":"name: has a '/'","field":"name"}}`, errdefs.ErrInvalidArgument},
 	} {
 		// The daemon refuses without reading a body it will not take.
-		c := serve(t, canned(tt.status, nil, tt.body))
+		c := serve(t, raw.JSON(tt.status, nil, tt.body))
 		var apiBody api.ErrorBody
 		json.Unmarshal([]byte(tt.body), &apiBody)
 		check := func(what string, err error) {
@@ -221,12 +222,12 @@ func TestFilesErrors(t *testing.T) {
 }
 
 func TestPutFileMalformed(t *testing.T) {
-	c := serve(t, canned(201, nil, `{"name":"x"}`))
+	c := serve(t, raw.JSON(201, nil, `{"name":"x"}`))
 	if _, err := c.PutFile(context.Background(), "x", strings.NewReader("a"), 1); err == nil || !strings.Contains(err.Error(), "no file_id") {
 		t.Errorf("err %v", err)
 	}
 	// A body shorter than the size given is the caller's error, not sent.
-	c = serve(t, canned(201, nil, `{"file_id":"f"}`))
+	c = serve(t, raw.JSON(201, nil, `{"file_id":"f"}`))
 	if _, err := c.PutFile(context.Background(), "x", strings.NewReader("a"), 5); err == nil {
 		t.Error("a short body was accepted")
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -14,61 +13,31 @@ func (c *Client) CreateSession(ctx context.Context, req *api.SessionCreateReques
 	if req == nil {
 		req = &api.SessionCreateRequest{}
 	}
-	var resp api.Session
-	if err := c.call(ctx, http.MethodPost, "/v1/sessions", req, &resp); err != nil {
-		return nil, err
-	}
-	if resp.SessionID == "" {
-		return nil, errors.New("jaild POST /v1/sessions: malformed response: no session_id")
-	}
-	return &resp, nil
+	return callChecked(ctx, c, http.MethodPost, "/v1/sessions", req, "session_id", func(r *api.Session) bool { return r.SessionID != "" })
 }
 
 // SessionExecute runs code in a session (POST /v1/sessions/{id}/execute).
 func (c *Client) SessionExecute(ctx context.Context, id string, req *api.SessionExecuteRequest) (*api.SessionExecuteResponse, error) {
-	var resp api.SessionExecuteResponse
 	path := "/v1/sessions/" + url.PathEscape(id) + "/execute"
-	if err := c.call(ctx, http.MethodPost, path, req, &resp); err != nil {
-		return nil, err
-	}
-	if resp.Status == "" {
-		return nil, errors.New("jaild POST " + path + ": malformed response: no status")
-	}
-	return &resp, nil
+	return callChecked(ctx, c, http.MethodPost, path, req, "status", func(r *api.SessionExecuteResponse) bool { return r.Status != "" })
 }
 
 // InterruptSession sends SIGINT to a session's call in progress.
 func (c *Client) InterruptSession(ctx context.Context, id string) (*api.SessionInterruptResponse, error) {
-	var resp api.SessionInterruptResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/interrupt", struct{}{}, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.SessionInterruptResponse](ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/interrupt", struct{}{})
 }
 
 // Session describes one session (GET /v1/sessions/{id}).
 func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
-	var resp api.Session
-	if err := c.call(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.Session](ctx, c, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil)
 }
 
 // Sessions lists the caller's sessions (an admin's: everyone's).
 func (c *Client) Sessions(ctx context.Context) (*api.SessionList, error) {
-	var resp api.SessionList
-	if err := c.call(ctx, http.MethodGet, "/v1/sessions", nil, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.SessionList](ctx, c, http.MethodGet, "/v1/sessions", nil)
 }
 
 // DeleteSession ends a session at once (DELETE /v1/sessions/{id}).
 func (c *Client) DeleteSession(ctx context.Context, id string) (*api.Session, error) {
-	var resp api.Session
-	if err := c.call(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	return callAs[api.Session](ctx, c, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil)
 }

@@ -76,14 +76,11 @@ func (c *Client) stream(ctx context.Context, path string, in any, on func(api.Ev
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", api.MediaNDJSON)
-	resp, err := c.send(req)
+	resp, err := c.sendOK(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return responseError(resp)
-	}
 
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == api.MediaNDJSON {
 		s := &streamReader{max: c.maxResponse, on: on, out: out, base: base}

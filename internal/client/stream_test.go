@@ -14,6 +14,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // ndjson writes events as a streamed execute does: numbered from 1, one
@@ -193,7 +194,7 @@ func TestExecuteStreamErrorResponse(t *testing.T) {
 		{400, `{"error":{"type":"invalid_argument","message":"files[0].file_id: no such file","field":"files[0].file_id"}}`, errdefs.ErrInvalidArgument},
 		{507, `{"error":{"type":"insufficient_storage","message":"the file store is full"}}`, errdefs.ErrInsufficientStorage},
 	} {
-		c := serve(t, canned(tt.status, map[string]string{"Retry-After": "7"}, tt.body))
+		c := serve(t, raw.JSON(tt.status, map[string]string{"Retry-After": "7"}, tt.body))
 		_, want := c.Execute(context.Background(), &api.ExecuteRequest{Code: "x"})
 		_, err := c.ExecuteStream(context.Background(), &api.ExecuteRequest{Code: "x"}, func(api.Event) error {
 			t.Error("an event from an error response")

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +20,8 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/server/servertest"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // fakeDaemon answers "METHOD /path" with canned JSON on a Unix socket and
@@ -50,18 +50,8 @@ func newFakeDaemon(t *testing.T, replies map[string]reply) *fakeDaemon {
 // the route and its number of requests so far, this one included.
 func newFakeDaemonFunc(t *testing.T, replies func(route string, n int) (reply, bool)) *fakeDaemon {
 	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s"), last: map[string][]byte{}, hits: map[string]int{}}
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f := &fakeDaemon{last: map[string][]byte{}, hits: map[string]int{}}
+	f.sock = raw.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route := r.Method + " " + r.URL.Path
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
@@ -76,13 +66,8 @@ func newFakeDaemonFunc(t *testing.T, replies func(route string, n int) (reply, b
 		if rep.status == 0 {
 			rep.status = http.StatusOK
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rep.status)
-		io.WriteString(w, rep.body)
+		raw.JSON(rep.status, nil, rep.body)(w, r)
 	}))
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
 	return f
 }
 
@@ -128,32 +113,34 @@ func jsonReply(v any) reply {
 	return reply{body: string(b)}
 }
 
-// session serves a Server on the fake daemon to an in-memory client.
-func session(t *testing.T, f *fakeDaemon) (*Server, *sdk.ClientSession) {
+// daemon is where a test's Server finds jaild: a fake daemon's socket
+// or servertest's (the real handlers over a fake engine).
+type daemon interface{ socket() string }
+
+func (f *fakeDaemon) socket() string { return f.sock }
+
+type realDaemon struct{ *servertest.Harness }
+
+func (d realDaemon) socket() string { return d.Socket }
+
+// newRealDaemon serves the default configuration's API with servertest.
+func newRealDaemon(t *testing.T) realDaemon { return realDaemon{servertest.Default(t)} }
+
+// session serves a Server on the daemon to an in-memory client.
+func session(t *testing.T, f daemon) (*Server, *sdk.ClientSession) {
 	t.Helper()
 	return sessionWith(t, f, nil)
 }
 
 // sessionWith is session with a client of options opts.
-func sessionWith(t *testing.T, f *fakeDaemon, opts *sdk.ClientOptions) (*Server, *sdk.ClientSession) {
+func sessionWith(t *testing.T, f daemon, opts *sdk.ClientOptions) (*Server, *sdk.ClientSession) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := New(ctx, client.New(f.sock), "test")
+	s, err := New(ctx, client.New(f.socket()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ct := sdk.NewInMemoryTransports()
-	ss, err := s.mcp.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return s, cs
+	return s, connectWith(t, s, opts)
 }
 
 func resultText(res *sdk.CallToolResult) string {
@@ -427,8 +414,7 @@ func TestListenOnlyLoopback(t *testing.T) {
 }
 
 func TestHandlerRefusesRebindingAndOtherOrigins(t *testing.T) {
-	f := newFakeDaemon(t, map[string]reply{"GET /v1/info": infoReply(false)})
-	s, _ := session(t, f)
+	s, _ := session(t, newRealDaemon(t))
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
@@ -753,6 +739,12 @@ func openSession(t *testing.T, cs *sdk.ClientSession) string {
 // connect is one more client connection to s.
 func connect(t *testing.T, s *Server) *sdk.ClientSession {
 	t.Helper()
+	return connectWith(t, s, nil)
+}
+
+// connectWith connects an in-memory client of options opts to s.
+func connectWith(t *testing.T, s *Server, opts *sdk.ClientOptions) *sdk.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := sdk.NewInMemoryTransports()
 	ss, err := s.mcp.Connect(ctx, st, nil)
@@ -760,7 +752,7 @@ func connect(t *testing.T, s *Server) *sdk.ClientSession {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -781,42 +773,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // when the server stops; a session closed with close_session is not
 // deleted again.
 func TestSessionsEndWithTheirConnection(t *testing.T) {
-	f := sessionsDaemon(t, http.StatusOK)
+	f := newRealDaemon(t)
 	s, a := session(t, f)
 	b := connect(t, s)
-	if id := openSession(t, a); id != "s-1" {
-		t.Fatalf("first session %s", id)
-	}
-	openSession(t, b) // s-2
-	openSession(t, a) // s-3
-	res, err := a.CallTool(context.Background(), &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-3"}})
+	s1 := openSession(t, a)
+	s2 := openSession(t, b)
+	s3 := openSession(t, a)
+	res, err := a.CallTool(context.Background(), &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": s3}})
 	if err != nil || res.IsError {
 		t.Fatalf("close_session: %v, %q", err, resultText(res))
 	}
+	deleted := func(id string) int { return f.Count("DELETE /v1/sessions/" + id) }
 
 	a.Close()
-	waitFor(t, "DELETE of s-1", func() bool { return f.count("DELETE /v1/sessions/s-1") == 1 })
+	waitFor(t, "DELETE of "+s1, func() bool { return deleted(s1) == 1 })
 	time.Sleep(50 * time.Millisecond)
-	if f.count("DELETE /v1/sessions/s-2") != 0 || f.count("DELETE /v1/sessions/s-3") != 1 {
-		t.Errorf("after a closed: s-2 deleted %d times (want 0: b is open), s-3 %d (want 1: by close_session)",
-			f.count("DELETE /v1/sessions/s-2"), f.count("DELETE /v1/sessions/s-3"))
+	if deleted(s2) != 0 || deleted(s3) != 1 {
+		t.Errorf("after a closed: %s deleted %d times (want 0: b is open), %s %d (want 1: by close_session)", s2, deleted(s2), s3, deleted(s3))
 	}
 
 	if err := s.owned.endAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if f.count("DELETE /v1/sessions/s-2") != 1 {
-		t.Error("the server stopped and s-2 is not deleted")
+	if deleted(s2) != 1 {
+		t.Errorf("the server stopped and %s is not deleted", s2)
 	}
 	// Opened after the stop: nothing would end it, so it is ended at once.
+	others := func() int {
+		n := 0
+		for _, r := range f.Seen() {
+			if id, ok := strings.CutPrefix(r, "DELETE /v1/sessions/"); ok && id != s1 && id != s2 && id != s3 {
+				n++
+			}
+		}
+		return n
+	}
 	res, err = b.CallTool(context.Background(), &sdk.CallToolParams{Name: OpenSessionTool, Arguments: map[string]any{}})
-	if err != nil || !res.IsError || !strings.Contains(resultText(res), "shutting down") || f.count("DELETE /v1/sessions/s-4") != 1 {
-		t.Errorf("open_session after the stop: %v, %q, deleted %d times", err, resultText(res), f.count("DELETE /v1/sessions/s-4"))
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "shutting down") || f.Count("POST /v1/sessions") != 4 || others() != 1 {
+		t.Errorf("open_session after the stop: %v, %q, opened %d sessions in all (want 4), the fourth deleted %d times", err, resultText(res), f.Count("POST /v1/sessions"), others())
 	}
 	b.Close()
 	time.Sleep(50 * time.Millisecond)
-	if f.count("DELETE /v1/sessions/s-2") != 1 {
-		t.Error("s-2 deleted twice")
+	if deleted(s2) != 1 {
+		t.Errorf("%s deleted twice", s2)
 	}
 }
 
@@ -862,23 +861,11 @@ func TestEndSessionsIsBounded(t *testing.T) {
 	defer func(d time.Duration) { endTimeout = d }(endTimeout)
 	endTimeout = 100 * time.Millisecond
 	hang := make(chan struct{})
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
-	defer close(hang)
-	s := &Server{client: client.New(filepath.Join(dir, "s"))}
+	sock := raw.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-hang }))
+	defer close(hang) // before the server's close, which waits for the handlers
+	s := &Server{client: client.New(sock)}
 	start := time.Now()
-	err = s.endSessions(context.Background(), []string{"s-1", "s-2"})
+	err := s.endSessions(context.Background(), []string{"s-1", "s-2"})
 	if !errors.Is(err, ErrSessionsLeft) || time.Since(start) > 2*time.Second {
 		t.Errorf("endSessions on a hung daemon: %v after %s", err, time.Since(start))
 	}
@@ -886,7 +873,7 @@ func TestEndSessionsIsBounded(t *testing.T) {
 
 // Over HTTP, a client's DELETE of its MCP session ends its sessions.
 func TestHTTPSessionEndsSessions(t *testing.T) {
-	f := sessionsDaemon(t, http.StatusOK)
+	f := newRealDaemon(t)
 	s, _ := session(t, f)
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
@@ -897,11 +884,11 @@ func TestHTTPSessionEndsSessions(t *testing.T) {
 	}
 	id := openSession(t, cs)
 	time.Sleep(50 * time.Millisecond)
-	if f.count("DELETE /v1/sessions/"+id) != 0 {
+	if f.Count("DELETE /v1/sessions/"+id) != 0 {
 		t.Fatal("the session ended with the HTTP request that opened it")
 	}
 	cs.Close()
-	waitFor(t, "DELETE of "+id, func() bool { return f.count("DELETE /v1/sessions/"+id) == 1 })
+	waitFor(t, "DELETE of "+id, func() bool { return f.Count("DELETE /v1/sessions/"+id) == 1 })
 }
 
 // A daemon without sessions gets no session tools, and run_python no

@@ -3,11 +3,8 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,26 +14,29 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // handlerDaemon serves h as the daemon on a Unix socket.
 func handlerDaemon(t *testing.T, h http.HandlerFunc) *fakeDaemon {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "mcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	f := &fakeDaemon{sock: filepath.Join(dir, "s")}
-	ln, err := net.Listen("unix", f.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return f
+	return &fakeDaemon{sock: raw.Serve(t, h)}
+}
+
+// streamingDaemon answers GET /v1/info with infoReply(false) and any
+// other request with a stream that begins with the start of run r1 and
+// goes on as stream writes it.
+func streamingDaemon(t *testing.T, stream func(s *ndjson)) *fakeDaemon {
+	t.Helper()
+	return handlerDaemon(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/info" {
+			w.Write([]byte(infoReply(false).body))
+			return
+		}
+		s := newNDJSON(w)
+		s.send(api.EventStart, api.EventStartData{RunID: "r1"})
+		stream(s)
+	})
 }
 
 // ndjson writes a stream of events, numbered from 1, flushing each.
@@ -247,13 +247,7 @@ func TestProgressCoalesces(t *testing.T) {
 	progressInterval = 50 * time.Millisecond
 	const chunks = 500
 	chunk := strings.Repeat("é", 50) + "\n" // 101 bytes: 1024 falls inside a rune
-	f := handlerDaemon(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/info" {
-			w.Write([]byte(infoReply(false).body))
-			return
-		}
-		s := newNDJSON(w)
-		s.send(api.EventStart, api.EventStartData{RunID: "r1"})
+	f := streamingDaemon(t, func(s *ndjson) {
 		for range chunks {
 			s.send(api.EventStdout, api.EventText{Text: chunk})
 		}
@@ -290,13 +284,7 @@ func TestProgressSlowClient(t *testing.T) {
 	const chunks = 5000
 	chunk := strings.Repeat("x", 200) + "\n" // 1 MB in all: more than socket buffers hold
 	sentAll := make(chan struct{})
-	f := handlerDaemon(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/info" {
-			w.Write([]byte(infoReply(false).body))
-			return
-		}
-		s := newNDJSON(w)
-		s.send(api.EventStart, api.EventStartData{RunID: "r1"})
+	f := streamingDaemon(t, func(s *ndjson) {
 		for range chunks {
 			s.send(api.EventStdout, api.EventText{Text: chunk})
 		}
@@ -385,13 +373,7 @@ func TestProgressTail(t *testing.T) {
 func TestProgressOverHTTP(t *testing.T) {
 	log := newProgressLog()
 	waited := make(chan bool, 1)
-	f := handlerDaemon(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/info" {
-			w.Write([]byte(infoReply(false).body))
-			return
-		}
-		s := newNDJSON(w)
-		s.send(api.EventStart, api.EventStartData{RunID: "r1"})
+	f := streamingDaemon(t, func(s *ndjson) {
 		s.send(api.EventStdout, api.EventText{Text: "over http\n"})
 		waited <- wait(log.first)
 		s.send(api.EventDone, api.ExecuteResponse{RunID: "r1", Status: api.StatusOK, ExitCode: new(0)})

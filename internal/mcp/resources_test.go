@@ -13,6 +13,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/server/servertest"
 )
 
 // filesInfoReply is infoReply of a daemon with a file store, to the
@@ -155,12 +157,14 @@ func TestStoredFilesErrors(t *testing.T) {
 // A daemon without a file store gets no resources, and run_python neither
 // file_id nor return_files_as.
 func TestNoFileStore(t *testing.T) {
-	f := newFakeDaemon(t, map[string]reply{"GET /v1/info": infoReply(false)})
+	cfg := config.Default()
+	cfg.Files.Enabled = false
+	f := realDaemon{servertest.New(t, cfg, servertest.Caller)}
 	_, cs := session(t, f)
 	if caps := cs.InitializeResult().Capabilities; caps.Resources != nil || caps.Logging == nil {
 		t.Errorf("capabilities %+v", caps)
 	}
-	if list, err := cs.ListResources(context.Background(), nil); err != nil || len(list.Resources) != 0 || f.count("GET /v1/files") != 0 {
+	if list, err := cs.ListResources(context.Background(), nil); err != nil || len(list.Resources) != 0 || f.Count("GET /v1/files") != 0 {
 		t.Errorf("resources/list: %+v, %v", list, err)
 	}
 	run := toolByName(t, cs, RunTool)

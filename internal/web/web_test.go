@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,27 +16,14 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/server/servertest"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // fakeDaemon serves handler on a Unix socket and returns a client of it.
 func fakeDaemon(t *testing.T, handler http.HandlerFunc) *client.Client {
 	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "jw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(handler)
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return client.New(sock)
+	return client.New(raw.Serve(t, handler))
 }
 
 // recorder is a fake daemon that answers every request with status and
@@ -65,7 +51,21 @@ func (d *recorder) serve(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, d.answer)
 }
 
-func newServer(t *testing.T, d *recorder, allowRemote bool) *Server {
+// newServer serves the playground in front of servertest's daemon: the
+// real handlers over a fake engine.
+func newServer(t *testing.T, allowRemote bool) (*Server, *servertest.Harness) {
+	t.Helper()
+	d := servertest.Default(t)
+	s, err := New(d.Client, allowRemote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, d
+}
+
+// proxyServer serves the playground in front of a recorder, for what the
+// real handlers never answer and to see the bytes forwarded.
+func proxyServer(t *testing.T, d *recorder, allowRemote bool) *Server {
 	t.Helper()
 	s, err := New(fakeDaemon(t, d.serve), allowRemote)
 	if err != nil {
@@ -73,6 +73,9 @@ func newServer(t *testing.T, d *recorder, allowRemote bool) *Server {
 	}
 	return s
 }
+
+// called is the daemon's requests as "one, two", for messages.
+func called(d *servertest.Harness) string { return strings.Join(d.Seen(), ", ") }
 
 // req builds a request as the page would send it: a loopback Host, and
 // the token header for /api/ paths when token is set.
@@ -112,9 +115,8 @@ func wantError(t *testing.T, what string, w *httptest.ResponseRecorder, status i
 }
 
 func TestToken(t *testing.T) {
-	d := &recorder{status: 200, answer: `{"status":"ok"}`}
-	s := newServer(t, d, false)
-	other := newServer(t, d, false)
+	s, d := newServer(t, false)
+	other, _ := newServer(t, false)
 	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s.token) || s.token == other.token {
 		t.Fatalf("tokens %q and %q: want two different 32-byte hex strings", s.token, other.token)
 	}
@@ -153,11 +155,11 @@ func TestToken(t *testing.T) {
 	wantError(t, "GET /api/info with the token in the query", do(h, req("GET", "/api/info?token="+s.token, "", "")), 403, "forbidden", "", TokenHeader)
 	wantError(t, "POST /api/format with a wrong token", do(h, req("POST", "/api/format", `{"code":"x"}`, other.token)), 403, "forbidden", "", TokenHeader)
 	wantError(t, "GET /api/info with no token", do(h, req("GET", "/api/info", "", "")), 403, "forbidden", "", TokenHeader)
-	if d.path != "" {
-		t.Errorf("the daemon was called (%s %s) by a request without the token", d.method, d.path)
+	if len(d.Seen()) != 0 {
+		t.Errorf("the daemon was called (%s) by a request without the token", called(d))
 	}
-	if w := do(h, req("GET", "/api/info", "", s.token)); w.Code != 200 || d.path != "/v1/info" {
-		t.Errorf("GET /api/info with the token: %d, daemon got %s", w.Code, d.path)
+	if w := do(h, req("GET", "/api/info", "", s.token)); w.Code != 200 || called(d) != "GET /v1/info" {
+		t.Errorf("GET /api/info with the token: %d, daemon got %s", w.Code, called(d))
 	}
 
 	// The assets are public; anything else under /assets/ is not served
@@ -172,8 +174,7 @@ func TestToken(t *testing.T) {
 // TestNoCookie: no answer, to any request, sets a cookie, which the
 // browser would send to every other server on the host.
 func TestNoCookie(t *testing.T) {
-	d := &recorder{status: 200, answer: `{"status":"ok"}`}
-	s := newServer(t, d, false)
+	s, _ := newServer(t, false)
 	h := s.Handler()
 	for _, r := range []*http.Request{
 		req("GET", "/?token="+s.token, "", ""),
@@ -195,8 +196,7 @@ func TestNoCookie(t *testing.T) {
 }
 
 func TestHostAndOrigin(t *testing.T) {
-	d := &recorder{status: 200, answer: `{"code":"x\n","changed":true}`}
-	s := newServer(t, d, false)
+	s, _ := newServer(t, false)
 	h := s.Handler()
 	for _, host := range []string{"evil.example.com", "evil.example.com:8080", "10.0.0.1:8080", ""} {
 		r := req("POST", "/api/format", `{"code":"x"}`, s.token)
@@ -225,7 +225,7 @@ func TestHostAndOrigin(t *testing.T) {
 	}
 
 	// --allow-remote: any Host, the token still needed.
-	remote := newServer(t, d, true)
+	remote, _ := newServer(t, true)
 	r = req("GET", "/api/info", "", "")
 	r.Host = "jaild.example.com:8080"
 	wantError(t, "allow-remote without the token", do(remote.Handler(), r), 403, "forbidden", "", "token")
@@ -237,8 +237,7 @@ func TestHostAndOrigin(t *testing.T) {
 }
 
 func TestBodies(t *testing.T) {
-	d := &recorder{status: 200, answer: `{"diagnostics":[]}`}
-	s := newServer(t, d, false)
+	s, d := newServer(t, false)
 	h := s.Handler()
 	big := `{"code":"` + strings.Repeat("x", MaxBodyBytes) + `"}`
 	for _, tc := range []struct {
@@ -258,8 +257,8 @@ func TestBodies(t *testing.T) {
 		r.Header.Set("Content-Type", tc.ctype)
 		wantError(t, tc.what, do(h, r), tc.status, tc.typ, tc.field, tc.mention)
 	}
-	if d.path != "" {
-		t.Errorf("the daemon got %s %s from a refused body", d.method, d.path)
+	if len(d.Seen()) != 0 {
+		t.Errorf("the daemon got %s from a refused body", called(d))
 	}
 	wantError(t, "no such API", do(h, req("GET", "/api/sessions", "", s.token)), 404, "not_found", "", "/api/sessions")
 	wantError(t, "no such page", do(h, req("GET", "/etc/passwd", "", s.token)), 404, "not_found", "", "")
@@ -269,7 +268,7 @@ func TestBodies(t *testing.T) {
 func TestForward(t *testing.T) {
 	answer := `{"run_id":"r1","status":"ok","stdout":"42\n","figures":[{"name":"f","content_b64":"iVBORw0KGgo="}]}`
 	d := &recorder{status: 200, answer: answer}
-	s := newServer(t, d, false)
+	s := proxyServer(t, d, false)
 	h := s.Handler()
 	w := do(h, req("POST", "/api/execute", `{"code":"print(42)","limits":{"timeout_ms":1500,"memory_mb":256},"return_files":["*.csv"]}`, s.token))
 	if w.Code != 200 || w.Body.String() != answer {
@@ -300,7 +299,7 @@ func TestDaemonErrors(t *testing.T) {
 		header: map[string]string{"Retry-After": "7"},
 		answer: `{"error":{"type":"rate_limited","message":"daily quota of 3 runs used up","field":""}}`,
 	}
-	s := newServer(t, d, false)
+	s := proxyServer(t, d, false)
 	h := s.Handler()
 	w := do(h, req("POST", "/api/execute", `{"code":"1"}`, s.token))
 	wantError(t, "rate limited", w, 429, "rate_limited", "", "daily quota of 3 runs")
@@ -329,7 +328,7 @@ func TestDaemonErrors(t *testing.T) {
 // TestAssets: the embedded page names only assets that are embedded,
 // and each is served with its type.
 func TestAssets(t *testing.T) {
-	s := newServer(t, &recorder{status: 200, answer: "{}"}, false)
+	s, _ := newServer(t, false)
 	h := s.Handler()
 	page, err := fs.ReadFile(s.assets, "index.html")
 	if err != nil {
@@ -351,7 +350,7 @@ func TestAssets(t *testing.T) {
 // TestAssetTypes: an asset's Content-Type comes from its extension
 // through assetTypes alone, whatever the host's /etc/mime.types says.
 func TestAssetTypes(t *testing.T) {
-	s := newServer(t, &recorder{status: 200, answer: "{}"}, false)
+	s, _ := newServer(t, false)
 	s.assets = fstest.MapFS{
 		"assets/a.js":   {Data: []byte("x")},
 		"assets/a.css":  {Data: []byte("x")},

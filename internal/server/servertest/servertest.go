@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // Engine is a fake engine. RunFunc answers Run (a run that prints nothing
@@ -138,6 +138,35 @@ type Harness struct {
 
 	logMu sync.Mutex
 	log   bytes.Buffer
+	seen  []string
+}
+
+// Seen returns "METHOD /path" of every request the server got, in order.
+func (h *Harness) Seen() []string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return append([]string(nil), h.seen...)
+}
+
+// Count is how many requests of route ("METHOD /path") the server got.
+func (h *Harness) Count(route string) int {
+	n := 0
+	for _, r := range h.Seen() {
+		if r == route {
+			n++
+		}
+	}
+	return n
+}
+
+// Caller is the caller Default serves: a local, unprivileged uid.
+var Caller = admission.Caller{UID: 1000, PID: 1}
+
+// Default serves the default configuration's API to Caller; it is shut
+// down when the test ends.
+func Default(t testing.TB) *Harness {
+	t.Helper()
+	return New(t, config.Default(), Caller)
 }
 
 // Log returns what the server logged so far (audit lines included).
@@ -159,11 +188,8 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // shut down when the test ends.
 func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "servertest") // short: a socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := raw.SocketDir(t)
+	var err error
 	if cfg.Files.Dir == config.Default().Files.Dir {
 		// The file store of a test lives and dies with it, on whatever
 		// disk the test has.
@@ -183,7 +209,13 @@ func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 		t.Fatal(err)
 	}
 	hs := h.Server.HTTPServer()
-	hs.Handler = server.WithCaller(hs.Handler, caller)
+	handler := server.WithCaller(hs.Handler, caller)
+	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.logMu.Lock()
+		h.seen = append(h.seen, r.Method+" "+r.URL.Path)
+		h.logMu.Unlock()
+		handler.ServeHTTP(w, r)
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
