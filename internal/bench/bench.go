@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -133,134 +134,189 @@ func workloads() []Workload {
 	}
 }
 
-// Run performs the whole benchmark.
+// Run performs the whole benchmark: bare python3 in a chroot of the
+// image, a daemon without a pool (cold) and one with (warm), measured
+// side by side in each phase.
 func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	host, _ := os.Hostname()
-	rep := &Report{When: time.Now().UTC().Format(time.RFC3339), Host: host, Iterations: cfg.Iter}
-	bare, err := newChroot(cfg.ImageDir)
-	if err != nil {
+	b := &bench{ctx: ctx, cfg: cfg, log: log, rep: &Report{When: time.Now().UTC().Format(time.RFC3339), Host: host, Iterations: cfg.Iter}}
+	var err error
+	if b.bare, err = newChroot(cfg.ImageDir); err != nil {
 		return nil, err
 	}
-	defer bare.close()
-	cold, err := startDaemon(cfg, cfg.ImageDir, 0, false)
-	if err != nil {
+	defer b.bare.close()
+	if b.cold, err = startDaemon(cfg, cfg.ImageDir, 0, false); err != nil {
 		return nil, err
 	}
-	defer cold.stop()
-	warm, err := startDaemon(cfg, cfg.ImageDir, cfg.PoolSize, false)
-	if err != nil {
+	defer b.cold.stop()
+	if b.warm, err = startDaemon(cfg, cfg.ImageDir, cfg.PoolSize, false); err != nil {
 		return nil, err
 	}
-	defer warm.stop()
+	defer b.warm.stop()
 	// Filling the pool (numpy and pandas imports) must not overlap the
 	// first measurements.
-	warm.waitReady(ctx)
+	b.warm.waitReady(ctx)
+	phases := []func() error{b.latency, b.backToBack, b.cpu}
+	if !cfg.Quick {
+		phases = append(phases, b.throughput, b.sessionsAndMemory, b.files, b.images)
+	}
+	for _, phase := range phases {
+		if err := phase(); err != nil {
+			return nil, err
+		}
+	}
+	return b.rep, nil
+}
 
+// bench is one run of the benchmark: what it measures against and what it
+// found so far.
+type bench struct {
+	ctx        context.Context
+	cfg        Config
+	log        io.Writer
+	rep        *Report
+	bare       *chroot
+	cold, warm *daemon
+}
+
+// print1 is the print(1) workload.
+func print1() Workload { return workloads()[0] }
+
+// latency times each workload, one request at a time, bare, cold and
+// warm (print(1) alone with Quick).
+func (b *bench) latency() error {
 	for _, w := range workloads() {
-		if cfg.Quick && w.Name != "print(1)" {
+		if b.cfg.Quick && w.Name != "print(1)" {
 			continue
 		}
-		fmt.Fprintf(log, "latency: %s\n", w.Name)
+		fmt.Fprintf(b.log, "latency: %s\n", w.Name)
 		row := Row{Workload: w.Name}
+		var err error
 		if w.Code != "" {
-			s, err := measure(cfg.Iter, func() error { return bare.python(w.Code) })
+			s, err := measure(b.cfg.Iter, func() error { return b.bare.python(w.Code) })
 			if err != nil {
-				return nil, fmt.Errorf("bare %s: %w", w.Name, err)
+				return fmt.Errorf("bare %s: %w", w.Name, err)
 			}
 			row.Bare = &s
 		}
-		if row.Cold, err = measure(cfg.Iter, func() error { return cold.call(w) }); err != nil {
-			return nil, fmt.Errorf("cold %s: %w", w.Name, err)
+		if row.Cold, err = measure(b.cfg.Iter, func() error { return b.cold.call(w) }); err != nil {
+			return fmt.Errorf("cold %s: %w", w.Name, err)
 		}
 		// Timed from request to response once a warm jail is ready: the
 		// refill between requests is not part of a request's latency.
-		if row.Warm, err = measureAfter(cfg.Iter, func() { warm.waitReady(ctx) }, func() error { return warm.call(w) }); err != nil {
-			return nil, fmt.Errorf("warm %s: %w", w.Name, err)
+		if row.Warm, err = measureAfter(b.cfg.Iter, func() { b.warm.waitReady(b.ctx) }, func() error { return b.warm.call(w) }); err != nil {
+			return fmt.Errorf("warm %s: %w", w.Name, err)
 		}
-		rep.Latency = append(rep.Latency, row)
+		b.rep.Latency = append(b.rep.Latency, row)
 	}
-	print1 := workloads()[0]
-	// Back to back: one client, the next request as soon as the last
-	// answered, the warm pool refilling as it can (the latency rows
-	// above wait for a full pool before each warm request).
-	fmt.Fprintln(log, "latency: print(1) back to back")
-	b2b := Row{Workload: "print(1) back to back"}
-	bareB2B, err := measure(cfg.Iter, func() error { return bare.python(print1.Code) })
+	return nil
+}
+
+// backToBack times print(1) from one client, the next request as soon as
+// the last answered, the warm pool refilling as it can (the latency rows
+// wait for a full pool before each warm request).
+func (b *bench) backToBack() error {
+	fmt.Fprintln(b.log, "latency: print(1) back to back")
+	p := print1()
+	row := Row{Workload: "print(1) back to back"}
+	bare, err := measure(b.cfg.Iter, func() error { return b.bare.python(p.Code) })
 	if err != nil {
-		return nil, fmt.Errorf("bare back to back: %w", err)
+		return fmt.Errorf("bare back to back: %w", err)
 	}
-	b2b.Bare = &bareB2B
-	if b2b.Cold, err = measure(cfg.Iter, func() error { return cold.call(print1) }); err != nil {
-		return nil, fmt.Errorf("cold back to back: %w", err)
+	row.Bare = &bare
+	if row.Cold, err = measure(b.cfg.Iter, func() error { return b.cold.call(p) }); err != nil {
+		return fmt.Errorf("cold back to back: %w", err)
 	}
-	warm.waitReady(ctx)
-	if b2b.Warm, err = measure(cfg.Iter, func() error { return warm.call(print1) }); err != nil {
-		return nil, fmt.Errorf("warm back to back: %w", err)
+	b.warm.waitReady(b.ctx)
+	if row.Warm, err = measure(b.cfg.Iter, func() error { return b.warm.call(p) }); err != nil {
+		return fmt.Errorf("warm back to back: %w", err)
 	}
-	rep.Latency = append(rep.Latency, b2b)
-	fmt.Fprintln(log, "CPU per run: print(1)")
-	if rep.CPU.Bare, err = measureCPU(ctx, 2*cfg.Iter, bare, nil); err != nil {
-		return nil, fmt.Errorf("CPU, bare: %w", err)
+	b.rep.Latency = append(b.rep.Latency, row)
+	return nil
+}
+
+// cpu measures the CPU each print(1) run costs, bare, cold and warm.
+func (b *bench) cpu() error {
+	fmt.Fprintln(b.log, "CPU per run: print(1)")
+	var err error
+	if b.rep.CPU.Bare, err = measureCPU(b.ctx, 2*b.cfg.Iter, b.bare, nil); err != nil {
+		return fmt.Errorf("CPU, bare: %w", err)
 	}
-	if rep.CPU.Cold, err = measureCPU(ctx, 2*cfg.Iter, nil, cold); err != nil {
-		return nil, fmt.Errorf("CPU, cold: %w", err)
+	if b.rep.CPU.Cold, err = measureCPU(b.ctx, 2*b.cfg.Iter, nil, b.cold); err != nil {
+		return fmt.Errorf("CPU, cold: %w", err)
 	}
-	if rep.CPU.Warm, err = measureCPU(ctx, 2*cfg.Iter, nil, warm); err != nil {
-		return nil, fmt.Errorf("CPU, warm: %w", err)
+	if b.rep.CPU.Warm, err = measureCPU(b.ctx, 2*b.cfg.Iter, nil, b.warm); err != nil {
+		return fmt.Errorf("CPU, warm: %w", err)
 	}
-	if cfg.Quick {
-		return rep, nil
-	}
+	return nil
+}
+
+// throughput runs print(1) at several concurrencies.
+func (b *bench) throughput() error {
+	p := print1()
 	for _, c := range []int{1, 2, 8, 32} {
-		fmt.Fprintf(log, "throughput: concurrency %d\n", c)
+		fmt.Fprintf(b.log, "throughput: concurrency %d\n", c)
 		n := max(4*c, 24)
 		t := Throughput{Concurrency: c}
-		if t.Bare, err = throughput(c, n, func() error { return bare.python(print1.Code) }); err != nil {
-			return nil, err
+		var err error
+		if t.Bare, err = throughput(c, n, func() error { return b.bare.python(p.Code) }); err != nil {
+			return err
 		}
-		if t.Cold, err = throughput(c, n, func() error { return cold.call(print1) }); err != nil {
-			return nil, err
+		if t.Cold, err = throughput(c, n, func() error { return b.cold.call(p) }); err != nil {
+			return err
 		}
-		warm.waitReady(ctx)
-		if t.Warm, err = throughput(c, n, func() error { return warm.call(print1) }); err != nil {
-			return nil, err
+		b.warm.waitReady(b.ctx)
+		if t.Warm, err = throughput(c, n, func() error { return b.warm.call(p) }); err != nil {
+			return err
 		}
-		rep.Throughput = append(rep.Throughput, t)
+		b.rep.Throughput = append(b.rep.Throughput, t)
 	}
-	fmt.Fprintln(log, "sessions")
-	if rep.Sessions, err = sessions(ctx, cfg.Iter, cold, warm); err != nil {
-		return nil, err
+	return nil
+}
+
+// sessionsAndMemory times sessions, then reads the warm daemon's RSS and
+// its pool's jails' memory.
+func (b *bench) sessionsAndMemory() error {
+	fmt.Fprintln(b.log, "sessions")
+	var err error
+	if b.rep.Sessions, err = sessions(b.ctx, b.cfg.Iter, b.cold, b.warm); err != nil {
+		return err
 	}
-	warm.waitReady(ctx)
-	rep.DaemonRSSBytes = procStatus(warm.Pid(), "VmRSS:")
+	b.warm.waitReady(b.ctx)
+	b.rep.DaemonRSSBytes = procStatus(b.warm.Pid(), "VmRSS:")
 	// Only the pool's jails: the sessions' are torn down in the background.
-	name := "bench-" + filepath.Base(warm.Dir)
-	for deadline := time.Now().Add(30 * time.Second); len(warmJailMemory(name)) > 2*cfg.PoolSize && time.Now().Before(deadline); {
+	name := "bench-" + filepath.Base(b.warm.Dir)
+	for deadline := time.Now().Add(30 * time.Second); len(warmJailMemory(name)) > 2*b.cfg.PoolSize && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	rep.WarmJailBytes = warmJailMemory(name)
-	// Last: the heap the daemon keeps after moving 100 MiB files must not
-	// count in its RSS above.
-	fmt.Fprintln(log, "files: inline and through the store")
-	if rep.Files, err = benchFiles(ctx, cfg.Iter, warm); err != nil {
-		return nil, err
-	}
-	cold.stop()
-	warm.stop()
-	names := make([]string, 0, len(cfg.Images))
-	for name := range cfg.Images {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		fmt.Fprintf(log, "image %s: print(1)\n", name)
-		im, err := benchImage(ctx, cfg, name, cfg.Images[name])
+	b.rep.WarmJailBytes = warmJailMemory(name)
+	return nil
+}
+
+// files moves files inline and through the store. It comes after the RSS
+// above: the heap the daemon keeps after moving 100 MiB files must not
+// count in it.
+func (b *bench) files() error {
+	fmt.Fprintln(b.log, "files: inline and through the store")
+	var err error
+	b.rep.Files, err = benchFiles(b.ctx, b.cfg.Iter, b.warm)
+	return err
+}
+
+// images times print(1) in each image, one daemon at a time (the cold and
+// warm daemons stopped first).
+func (b *bench) images() error {
+	b.cold.stop()
+	b.warm.stop()
+	for _, name := range slices.Sorted(maps.Keys(b.cfg.Images)) {
+		fmt.Fprintf(b.log, "image %s: print(1)\n", name)
+		im, err := benchImage(b.ctx, b.cfg, name, b.cfg.Images[name])
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", name, err)
+			return fmt.Errorf("image %s: %w", name, err)
 		}
-		rep.Images = append(rep.Images, im)
+		b.rep.Images = append(b.rep.Images, im)
 	}
-	return rep, nil
+	return nil
 }
 
 // benchImage times print(1) in one image, one daemon at a time.
