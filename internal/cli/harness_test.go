@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/server/servertest"
+	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
 
 // result is what one jailctl command did.
@@ -86,36 +84,15 @@ func newSession(t *testing.T, h *servertest.Harness) string {
 // stand-in for a daemon that servertest cannot be (error answers given
 // by hand, malformed or cut-short bodies, a newer daemon's fields, an
 // answer on a test's cue).
-func misbehaving(t *testing.T, h http.Handler) string {
-	t.Helper()
-	// t.TempDir() can exceed the 108-byte limit of a socket path.
-	dir, err := os.MkdirTemp("", "jc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return sock
-}
+func misbehaving(t *testing.T, h http.Handler) string { return raw.Serve(t, h) }
 
 // canned answers with status and body, and Retry-After when retry is set.
 func canned(status int, retry, body string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if retry != "" {
-			w.Header().Set("Retry-After", retry)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		w.Write([]byte(body))
+	var h map[string]string
+	if retry != "" {
+		h = map[string]string{"Retry-After": retry}
 	}
+	return raw.JSON(status, h, body)
 }
 
 func intp(n int) *int       { return &n }
