@@ -53,7 +53,8 @@ type Options struct {
 	// Socket, Image, SeccompProfile and RunDir override the
 	// configuration's when not "".
 	Socket, Image, SeccompProfile, RunDir string
-	Log                                   *slog.Logger
+	// Log receives the daemon's log; nil is slog.Default().
+	Log *slog.Logger
 }
 
 // Load reads the configuration, with the overrides over it, and validates
@@ -99,6 +100,9 @@ func Run(opts Options, hups <-chan os.Signal) error {
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root (jails need namespaces, cgroups and mounts)")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
 	}
 	d := &Daemon{opts: opts, log: opts.Log, cfg: cfg}
 	if err := d.start(); err != nil {

@@ -15,11 +15,6 @@ import (
 	"github.com/jaild/jaild/internal/sessions"
 )
 
-// maxSessionStdinBytes bounds a session call's stdin: escaped as JSON in
-// the call's job (at most 6 bytes each), with the code, it stays within
-// spec.MaxJobBytes.
-const maxSessionStdinBytes = 8 << 20
-
 // Session is a live session of the engine: *run.Session, or a fake.
 type Session interface {
 	sessions.Handle
