@@ -202,6 +202,10 @@ func New(t testing.TB, cfg config.Config, caller admission.Caller) *Harness {
 		t.Fatal(err)
 	}
 	if h.Server, err = server.New(cfg, deps); err != nil {
+		deps.Sessions.Close()
+		if deps.Files != nil {
+			deps.Files.Close()
+		}
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("unix", h.Socket)
