@@ -43,7 +43,7 @@ type Policy struct {
 }
 
 // New returns the policy of cfg.
-func New(cfg config.Config) Policy { return Policy{cfg: cfg} }
+func New(cfg config.Config) *Policy { return &Policy{cfg: cfg} }
 
 // Resolvers are what a request's validation needs of the daemon's state.
 type Resolvers struct {
@@ -57,7 +57,7 @@ type Resolvers struct {
 }
 
 // Maxima are the limits a caller may ask for.
-func (p Policy) Maxima(who peer.Caller) config.Limits {
+func (p *Policy) Maxima(who peer.Caller) config.Limits {
 	if who.Admin {
 		return p.cfg.AdminMaxima
 	}
@@ -67,7 +67,7 @@ func (p Policy) Maxima(who peer.Caller) config.Limits {
 // Execute validates an execute request (its image resolved) into the run
 // service's. On error nothing is left open; on success the caller closes
 // the request's files after the run (CloseFiles).
-func (p Policy) Execute(req *api.ExecuteRequest, image string, who peer.Caller, rs Resolvers) (*spec.Request, error) {
+func (p *Policy) Execute(req *api.ExecuteRequest, image string, who peer.Caller, rs Resolvers) (*spec.Request, error) {
 	limits, err := p.Limits(req.Limits, rs.Defaults, who)
 	if err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func file(i int, f api.FileIn, opened map[string]spec.File, open func(id string)
 
 // Network resolves a request's network and allow_hosts against the
 // daemon's policy.
-func (p Policy) Network(network string, allowHosts []string, who peer.Caller) (*spec.Network, error) {
+func (p *Policy) Network(network string, allowHosts []string, who peer.Caller) (*spec.Network, error) {
 	switch network {
 	case "", api.NetworkNone:
 		if len(allowHosts) > 0 {
@@ -280,7 +280,7 @@ func networkHint(who peer.Caller, group string) string {
 // leaves out, and a clear refusal, naming the field and the bound, for a
 // value below 1 or above the caller's maxima. A caller can never raise a
 // limit.
-func (p Policy) Limits(in *api.Limits, defaults config.Limits, who peer.Caller) (spec.Limits, error) {
+func (p *Policy) Limits(in *api.Limits, defaults config.Limits, who peer.Caller) (spec.Limits, error) {
 	v, m := defaults, p.Maxima(who)
 	if in != nil {
 		fields := []struct {
@@ -346,7 +346,7 @@ func WireLimits(l spec.Limits) api.LimitValues {
 // RuffLimits are the limits of a lint or format jail: ruff is fast, and
 // its output is bounded by the diagnostics of at most MaxCodeBytes of
 // code.
-func (p Policy) RuffLimits() spec.Limits {
+func (p *Policy) RuffLimits() spec.Limits {
 	l := EngineLimits(p.cfg.Defaults)
 	l.Timeout = 20 * time.Second
 	l.OutputBytes = 32 << 20

@@ -31,7 +31,7 @@ type CallBounds struct {
 }
 
 // Sessions refuses every session operation when sessions are disabled.
-func (p Policy) Sessions() error {
+func (p *Policy) Sessions() error {
 	if !p.cfg.Sessions.Enabled {
 		return errdefs.New(errdefs.ErrForbidden, "sessions are disabled on this daemon (sessions.enabled in its configuration)")
 	}
@@ -40,7 +40,7 @@ func (p Policy) Sessions() error {
 
 // Session validates a session creation (its image resolved). On success
 // the caller closes Spec.Files once the session is made (CloseFiles).
-func (p Policy) Session(req *api.SessionCreateRequest, image string, who peer.Caller, rs Resolvers) (*Session, error) {
+func (p *Policy) Session(req *api.SessionCreateRequest, image string, who peer.Caller, rs Resolvers) (*Session, error) {
 	limits, err := p.Limits(req.Limits, rs.Defaults, who)
 	if err != nil {
 		return nil, err

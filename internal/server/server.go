@@ -71,8 +71,8 @@ type Server struct {
 	sessions *sessions.Manager
 	log      *slog.Logger
 	audit    *auditor
-	peers    *peer.Policy  // who a caller is: admin, network
-	policy   policy.Policy // requests against the callers' maxima
+	peers    *peer.Policy   // who a caller is: admin, network
+	policy   *policy.Policy // requests against the callers' maxima
 	baseCtx  context.Context
 	stop     context.CancelFunc
 	budget   *memBudget
