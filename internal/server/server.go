@@ -60,7 +60,7 @@ type Engine interface {
 	JailCounts() spec.JailCounts
 	// NewSession makes a session: a jail whose interpreter lives across
 	// calls (see run.Session).
-	NewSession(spec spec.SessionSpec) (Session, error)
+	NewSession(s spec.SessionSpec) (Session, error)
 }
 
 // Server serves the API. Create it with New.
