@@ -107,7 +107,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.sweep(); err != nil {
 		return nil, err
 	}
-	dropOther, err := enableForwarding()
+	dropOther, err := hostForwarding.enable()
 	if err != nil {
 		return nil, err
 	}
@@ -125,34 +125,6 @@ func bitsFor(n int) int {
 		b++
 	}
 	return b
-}
-
-// forwardMark records, for as long as the host runs, that the daemon
-// turned IPv4 forwarding on: a restarted daemon must not take its own
-// setting for the host's.
-const forwardMark = "/run/jaild-enabled-ip-forward"
-
-// enableForwarding turns on IPv4 forwarding (NAT needs it) and reports
-// whether it was off before the first daemon turned it on: then the
-// daemon's forward chain drops whatever else would now be forwarded, so
-// the host routes nothing it did not route before.
-func enableForwarding() (dropOther bool, err error) {
-	const p = "/proc/sys/net/ipv4/ip_forward"
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return false, fmt.Errorf("egress: %w", err)
-	}
-	if strings.TrimSpace(string(b)) == "1" {
-		_, err := os.Stat(forwardMark)
-		return err == nil, nil
-	}
-	if err := os.WriteFile(forwardMark, nil, 0o644); err != nil {
-		return false, fmt.Errorf("egress: %w", err)
-	}
-	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
-		return false, fmt.Errorf("egress: enable IPv4 forwarding: %w", err)
-	}
-	return true, nil
 }
 
 // sweep deletes the daemon's table and every veth named with the prefix.
