@@ -22,6 +22,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "doctor" {
 		os.Exit(doctorMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "reload" {
+		os.Exit(reloadMain(os.Args[2:]))
+	}
 	jail.Init() // when started as a jail's init, this never returns
 	// Re-executes itself from a sealed copy of its binary, once, so that
 	// no jail's start copies it.
