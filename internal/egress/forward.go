@@ -44,7 +44,9 @@ type netnsID struct {
 
 func (n netnsID) markName() string { return fmt.Sprintf("%s.%d-%d", legacyMark, n.dev, n.ino) }
 
-func (n netnsID) String() string { return fmt.Sprintf("netns %d:%d cookie %d\n", n.dev, n.ino, n.cookie) }
+func (n netnsID) String() string {
+	return fmt.Sprintf("netns %d:%d cookie %d\n", n.dev, n.ino, n.cookie)
+}
 
 // currentNetns identifies the calling thread's network namespace; the
 // caller has locked its goroutine to the thread.

@@ -590,12 +590,34 @@ print('forked')`, marker)})
 		if err := os.WriteFile(config, append(orig, fmt.Sprintf("\n[images.python-minimal]\ndir = %q\n", img)...), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// systemctl reload returns once the signal is sent (Type=notify):
-		// the reload's outcome is seen in /v1/info.
+		// systemctl reload returns once the reload is done (ExecReload is
+		// jaild reload, which waits for its outcome): the image is served
+		// when it returns, with no wait.
 		run(t, "systemctl", "reload", unit)
-		waitFor(t, 2*time.Minute, "python-minimal served after the reload", func() bool { return slices.Contains(served(), "python-minimal") })
+		if got := served(); !slices.Contains(got, "python-minimal") {
+			t.Fatalf("images right after systemctl reload returned: %v, want python-minimal among them", got)
+		}
 		if mainPID(t) != pid {
 			t.Fatalf("the reload restarted the daemon: main pid %d, was %d", mainPID(t), pid)
+		}
+		// A refused reload (the image's directory is missing) fails
+		// systemctl reload, with the daemon's reason in the journal, and
+		// changes nothing: the service active, same pid, same images.
+		if err := os.WriteFile(config, append(orig, "\n[images.python-minimal]\ndir = \"/opt/vmtest/images/none\"\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("systemctl", "reload", unit).CombinedOutput(); err == nil {
+			t.Errorf("systemctl reload of a refused configuration succeeded: %s", out)
+		}
+		if got := served(); !slices.Contains(got, "python-minimal") {
+			t.Errorf("images after the refused reload: %v, want python-minimal still served", got)
+		}
+		if s := run(t, "systemctl", "is-active", unit); s != "active" || mainPID(t) != pid {
+			t.Fatalf("after the refused reload the service is %s, main pid %d (was %d)", s, mainPID(t), pid)
+		}
+		if j := run(t, "journalctl", "-u", unit, "--no-pager", "-o", "cat"); !strings.Contains(j, "jaild reload: reload refused") || !strings.Contains(j, "images.python-minimal") {
+			lines := strings.Split(j, "\n")
+			t.Errorf("the journal lacks jaild reload's reason:\n%s", strings.Join(lines[max(0, len(lines)-20):], "\n"))
 		}
 		r := execute(t, map[string]any{"image": "python-minimal", "code": "import importlib.util\nprint(importlib.util.find_spec('numpy') is None)"})
 		if r.Status != "ok" || r.Stdout != "True\n" || r.Image != "python-minimal" {
@@ -608,7 +630,9 @@ print('forked')`, marker)})
 			t.Fatal(err)
 		}
 		run(t, "systemctl", "reload", unit)
-		waitFor(t, 2*time.Minute, "python-minimal gone after the second reload", func() bool { return !slices.Contains(served(), "python-minimal") })
+		if got := served(); slices.Contains(got, "python-minimal") {
+			t.Errorf("images right after the second systemctl reload returned: %v, want python-minimal gone", got)
+		}
 		if mainPID(t) != pid {
 			t.Fatalf("the reload restarted the daemon: main pid %d, was %d", mainPID(t), pid)
 		}
