@@ -111,10 +111,28 @@ type TLS struct {
 	Cert     string `toml:"cert"`   // the server's certificate chain (PEM)
 	Key      string `toml:"key"`    // its private key (PEM)
 	ClientCA string `toml:"client_ca"`
-	// MaxConnections bounds the listener's open connections (handshakes
-	// included).
-	MaxConnections int         `toml:"max_connections"`
-	Clients        []TLSClient `toml:"clients"`
+	// MaxConnections bounds the listener's connections whose handshake
+	// is done; MaxConnectionsPerClient one client's among them (admins
+	// are exempt; 0: a quarter of MaxConnections, at least 1).
+	MaxConnections          int `toml:"max_connections"`
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
+	// MaxHandshakes and MaxHandshakesPerAddress bound the handshakes in
+	// progress, in all and per source address (an IPv4 address or an
+	// IPv6 /64), apart from MaxConnections: beyond either, the oldest
+	// connection whose ClientHello has not arrived is closed to make
+	// room. HandshakeTimeout bounds each handshake.
+	MaxHandshakes           int         `toml:"max_handshakes"`
+	MaxHandshakesPerAddress int         `toml:"max_handshakes_per_address"`
+	HandshakeTimeout        Duration    `toml:"handshake_timeout"`
+	Clients                 []TLSClient `toml:"clients"`
+}
+
+// MaxConnsPerClient resolves max_connections_per_client.
+func (t TLS) MaxConnsPerClient() int {
+	if t.MaxConnectionsPerClient > 0 {
+		return t.MaxConnectionsPerClient
+	}
+	return max(1, t.MaxConnections/4)
 }
 
 // TLSClient maps client certificates to a caller. A certificate signed by
@@ -137,6 +155,15 @@ type TLSClient struct {
 	RatePerMinute *float64 `toml:"rate_per_minute"`
 	Burst         *int     `toml:"burst"`
 	DailyQuota    *int64   `toml:"daily_quota"`
+}
+
+// CN is the subject common name a client without a san pattern matches:
+// its subject, or its name.
+func (c TLSClient) CN() string {
+	if c.Subject != "" {
+		return c.Subject
+	}
+	return c.Name
 }
 
 // TLSClientUIDBase: a TLS client's uid is above it (TLSClientUID), far
@@ -178,8 +205,18 @@ func (c *Config) validateTLS() error {
 	}
 	if t.MaxConnections < 1 || t.MaxConnections > 65536 {
 		bad("max_connections", "must be in 1..65536, got %d", t.MaxConnections)
+	} else if t.MaxConnectionsPerClient < 0 || t.MaxConnectionsPerClient > t.MaxConnections {
+		bad("max_connections_per_client", "must be in 0..%d (tls.max_connections; 0: a quarter of it), got %d", t.MaxConnections, t.MaxConnectionsPerClient)
 	}
-	names, uids := map[string]bool{}, map[uint32]string{}
+	if t.MaxHandshakes < 1 || t.MaxHandshakes > 65536 {
+		bad("max_handshakes", "must be in 1..65536, got %d", t.MaxHandshakes)
+	} else if t.MaxHandshakesPerAddress < 1 || t.MaxHandshakesPerAddress > t.MaxHandshakes {
+		bad("max_handshakes_per_address", "must be in 1..%d (tls.max_handshakes), got %d", t.MaxHandshakes, t.MaxHandshakesPerAddress)
+	}
+	if d := t.HandshakeTimeout.Duration; d < 100*time.Millisecond || d > time.Minute {
+		bad("handshake_timeout", "must be in 100ms..1m, got %v", d)
+	}
+	names, uids, rules := map[string]bool{}, map[uint32]string{}, map[string]string{}
 	for i, cl := range t.Clients {
 		key := fmt.Sprintf("clients[%d]", i)
 		if !tlsClientName.MatchString(cl.Name) {
@@ -202,6 +239,16 @@ func (c *Config) validateTLS() error {
 				bad(key+".san", "bad pattern %q: %v", cl.SAN, err)
 			}
 		}
+		// Two clients of one rule match the same certificates: every
+		// such certificate would be refused as ambiguous (tlsauth.Match).
+		r := "subject CN " + strconv.Quote(cl.CN())
+		if cl.SAN != "" {
+			r = "san " + strconv.Quote(cl.SAN)
+		}
+		if other, ok := rules[r]; ok {
+			bad(key, "clients %q and %q have the same rule (%s); every certificate it matches would be refused as ambiguous", other, cl.Name, r)
+		}
+		rules[r] = cl.Name
 		if cl.RatePerMinute != nil && *cl.RatePerMinute < 0 {
 			bad(key+".rate_per_minute", "must not be negative (0: unlimited)")
 		}
@@ -447,7 +494,8 @@ func Default() Config {
 			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
 			KeepEnded: Duration{10 * time.Minute},
 		},
-		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024},
+		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024,
+			MaxHandshakes: 128, MaxHandshakesPerAddress: 8, HandshakeTimeout: Duration{5 * time.Second}},
 		Files: Files{
 			Enabled: true, Dir: "/var/lib/jaild/files", MaxFileMB: 1024, MaxMBPerUID: 4096, MaxFilesPerUID: 1000,
 			MaxTotalMB: 16384, MinFreeMB: 1024, TTL: Duration{24 * time.Hour},
@@ -842,8 +890,20 @@ func (c *Config) NeedRestart(next Config) []string {
 			if c.TLS.Listen != next.TLS.Listen {
 				keys = append(keys, "tls.listen")
 			}
-			if c.TLS.MaxConnections != next.TLS.MaxConnections {
-				keys = append(keys, "tls.max_connections")
+			// The listener's bounds are read when it opens.
+			for _, k := range []struct {
+				key      string
+				old, new any
+			}{
+				{"tls.max_connections", c.TLS.MaxConnections, next.TLS.MaxConnections},
+				{"tls.max_connections_per_client", c.TLS.MaxConnectionsPerClient, next.TLS.MaxConnectionsPerClient},
+				{"tls.max_handshakes", c.TLS.MaxHandshakes, next.TLS.MaxHandshakes},
+				{"tls.max_handshakes_per_address", c.TLS.MaxHandshakesPerAddress, next.TLS.MaxHandshakesPerAddress},
+				{"tls.handshake_timeout", c.TLS.HandshakeTimeout, next.TLS.HandshakeTimeout},
+			} {
+				if k.old != k.new {
+					keys = append(keys, k.key)
+				}
 			}
 			continue
 		}

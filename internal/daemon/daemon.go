@@ -9,7 +9,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
-	"golang.org/x/net/netutil"
 
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/egress"
@@ -249,13 +247,13 @@ func (d *Daemon) serve(hups <-chan os.Signal) error {
 	if d.tln != nil {
 		sv.ts = srv.TLSServer(d.auth)
 		go func() {
-			served <- sv.ts.Serve(tls.NewListener(netutil.LimitListener(d.tln, cfg.TLS.MaxConnections), d.auth.TLSConfig()))
+			served <- sv.ts.Serve(srv.TLSListener(d.tln, d.auth))
 		}()
 		d.log.Info("serving the API over mutual TLS", "address", d.tln.Addr().String(), "clients", len(cfg.TLS.Clients))
 	}
 	if d.mln != nil {
 		sv.ms = srv.MetricsServer()
-		go func() { served <- sv.ms.Serve(netutil.LimitListener(d.mln, 64)) }()
+		go func() { served <- srv.MetricsListener(d.mln).Serve(sv.ms) }()
 		d.log.Info("serving metrics", "address", d.mln.Addr().String())
 	}
 	d.log.Info("jaild ready", "version", version.Version, "socket", cfg.Socket, "socket_activated", d.activated,

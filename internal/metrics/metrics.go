@@ -108,6 +108,7 @@ type Metrics struct {
 	poolHits        prometheus.Counter
 	poolMisses      prometheus.Counter
 	egress          *prometheus.CounterVec
+	connRefused     *prometheus.CounterVec
 }
 
 // Buckets in seconds. Queue waits are bounded by admission.queue_wait
@@ -157,9 +158,13 @@ func New(src Sources) *Metrics {
 		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jaild_egress_bytes_total", Help: "Network traffic of runs with egress, by direction (sent: from the jail).",
 		}, []string{"direction"}),
+		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_connections_refused_total",
+			Help: "Connections to the TLS listener or metrics_listen closed by their bounds, by listener (tls, metrics) and reason (evicted: silent, closed to make room; full: no room; max_connections; client_connections).",
+		}, []string{"listener", "reason"}),
 	}
 	m.reg.MustRegister(m.runs, m.rejections, m.queueWait, m.jailStart, m.runDuration, m.requestDuration,
-		m.poolHits, m.poolMisses, m.egress,
+		m.poolHits, m.poolMisses, m.egress, m.connRefused,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{OpExecute, OpSessionExecute, OpLint, OpFormat} {
@@ -237,6 +242,11 @@ func (m *Metrics) gauges(src Sources) {
 		gauge("jaild_memory_budget_in_use_bytes", "Bytes of the memory budget reserved by requests in flight.", func() float64 { u, _ := f(); return float64(u) })
 		gauge("jaild_memory_budget_bytes", "The memory budget for requests in flight (memory_budget_mb).", func() float64 { _, b := f(); return float64(b) })
 	}
+}
+
+// ConnRefused counts a connection a listener's bounds closed.
+func (m *Metrics) ConnRefused(listener, reason string) {
+	m.connRefused.WithLabelValues(listener, reason).Inc()
 }
 
 // Ran counts a run that ended with a result.

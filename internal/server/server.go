@@ -191,14 +191,33 @@ func (s *Server) MetricsServer() *http.Server {
 	mux.Handle("GET /metrics", prom)
 	mux.HandleFunc("/", http.NotFound)
 	return &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: mux,
+		// A scrape sends its header at once; between scrapes (15 s to a
+		// minute apart) a connection is evictable anyway (MetricsListener).
+		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       s.cfg.IdleTimeout.Duration,
+		IdleTimeout:       min(s.cfg.IdleTimeout.Duration, 2*time.Minute),
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// The bounds of metrics_listen's connections: in all, and per source
+// address (see MetricsListener).
+const (
+	MetricsMaxConns        = 64
+	MetricsMaxConnsPerAddr = 8
+)
+
+// MetricsListener wraps metrics_listen's listener: at most
+// MetricsMaxConns connections, MetricsMaxConnsPerAddr per source address;
+// beyond either, the oldest connection not serving a scrape is closed to
+// make room (peer.GateListener), counted in
+// jaild_connections_refused_total. Serve MetricsServer on it with its
+// Serve.
+func (s *Server) MetricsListener(ln net.Listener) *peer.GateListener {
+	return peer.Gate(ln, MetricsMaxConns, MetricsMaxConnsPerAddr, func(reason string) { s.metrics.ConnRefused("metrics", reason) })
 }
 
 type ctxKey struct{}

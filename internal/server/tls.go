@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/tlsauth"
 )
 
 // TLSServer is the HTTP server of the TCP listener: the API of the
 // socket, each request served as the client its certificate maps to
-// (tlsauth). Serve it on a listener of tls.NewListener with
-// auth.TLSConfig(): the handshake refuses every certificate that maps to
-// no client, before any HTTP; a client removed from the configuration
-// since its connection's handshake is refused at its next request.
+// (tlsauth). Serve it on TLSListener: the handshake refuses every
+// certificate that maps to no client (or to two), before any HTTP; a
+// client removed from the configuration since its connection's handshake
+// is refused at its next request.
 func (s *Server) TLSServer(auth *tlsauth.Auth) *http.Server {
 	h := s.Handler()
 	return &http.Server{
@@ -42,6 +43,28 @@ func (s *Server) TLSServer(auth *tlsauth.Auth) *http.Server {
 	}
 }
 
+// TLSListener wraps ln, the TLS listener's TCP listener, with the bounds
+// of the configuration's [tls] (see peer.TLSListener): handshakes run
+// off Accept, bounded in all and per source address apart from the
+// connections whose handshake is done, which are bounded in all and per
+// client. Refused handshakes are counted and logged as TLSServer's are;
+// connections closed by the bounds are counted in
+// jaild_connections_refused_total.
+func (s *Server) TLSListener(ln net.Listener, auth *tlsauth.Auth) net.Listener {
+	t := s.cfg.TLS
+	hl := &handshakeLog{s: s}
+	return peer.ListenTLS(ln, auth, peer.TLSLimits{
+		MaxConns: t.MaxConnections, MaxConnsPerClient: t.MaxConnsPerClient(),
+		MaxHandshakes: t.MaxHandshakes, MaxHandshakesPerAddr: t.MaxHandshakesPerAddress, HandshakeTimeout: t.HandshakeTimeout.Duration,
+	}, func(reason string, err error) {
+		if reason == peer.RefusedHandshake {
+			hl.refused("TLS handshake error from " + err.Error())
+			return
+		}
+		s.metrics.ConnRefused("tls", reason)
+	})
+}
+
 // handshakeLog takes the TLS server's error log: refused handshakes (no or
 // a foreign certificate, an unknown client, TLS 1.2, plain HTTP, a
 // timeout) are counted (jaild_tls_handshake_failures_total) and logged at
@@ -61,6 +84,12 @@ func (l *handshakeLog) Write(p []byte) (int, error) {
 		l.s.log.Warn("tls listener", "err", msg)
 		return len(p), nil
 	}
+	l.refused(msg)
+	return len(p), nil
+}
+
+// refused counts a refused handshake and logs it, at most once a minute.
+func (l *handshakeLog) refused(msg string) {
 	l.s.tlsRefused.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -70,5 +99,4 @@ func (l *handshakeLog) Write(p []byte) (int, error) {
 	} else {
 		l.silent++
 	}
-	return len(p), nil
 }

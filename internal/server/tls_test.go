@@ -295,9 +295,10 @@ func TestTLSSlowConnections(t *testing.T) {
 	if got := probe.h.Server.TLSServer(probe.auth).ReadHeaderTimeout; got != 10*time.Second {
 		t.Errorf("TLSServer's ReadHeaderTimeout %v, want the 10 s that bound a handshake", got)
 	}
-	// The same server with a bound of 2 s, so that the test is short.
+	// The same server with a bound of 2 s, on the header and on the
+	// handshake, so that the test is short.
 	const bound = 2 * time.Second
-	e := tlsHarness(t, nil, func(hs *http.Server) { hs.ReadHeaderTimeout = bound })
+	e := tlsHarness(t, func(c *config.Config) { c.TLS.HandshakeTimeout.Duration = bound }, func(hs *http.Server) { hs.ReadHeaderTimeout = bound })
 
 	type slow struct {
 		what string

@@ -93,37 +93,58 @@ func readPEM(key, p string) ([]byte, error) {
 	return b, nil
 }
 
-// Match maps a verified leaf certificate to the first configured client
-// it matches: by its subject common name (the client's subject, or its
+// Match maps a verified leaf certificate to the one configured client it
+// matches: by its subject common name (the client's subject, or its
 // name), or, for a client with a san pattern, by one of its DNS or URI
-// subject alternative names.
-func (s *State) Match(cert *x509.Certificate) (Identity, bool) {
+// subject alternative names. Rules are not ordered: a certificate that
+// two clients' rules match (a CN rule and a SAN rule, say: a workload
+// certificate whose CN names an admin client) is refused with an error
+// wrapping ErrAmbiguous that names both; one that none matches, with
+// ErrUnknownClient.
+func (s *State) Match(cert *x509.Certificate) (Identity, error) {
 	var sans []string
 	sans = append(sans, cert.DNSNames...)
 	for _, u := range cert.URIs {
 		sans = append(sans, u.String())
 	}
-	for _, c := range s.clients {
-		ok := false
-		if c.SAN != "" {
-			for _, v := range sans {
-				if m, _ := path.Match(c.SAN, v); m {
-					ok = true
-					break
-				}
-			}
-		} else {
-			subject := c.Subject
-			if subject == "" {
-				subject = c.Name
-			}
-			ok = cert.Subject.CommonName == subject
+	var found *config.TLSClient
+	for i := range s.clients {
+		c := &s.clients[i]
+		if !matches(c, cert.Subject.CommonName, sans) {
+			continue
 		}
-		if ok {
-			return s.identity(c), true
+		if found != nil {
+			return Identity{}, fmt.Errorf("%w: clients %q (%s) and %q (%s) both match it; make their rules disjoint (see docs/DEPLOY.md: pin identities to SANs)",
+				ErrAmbiguous, found.Name, rule(found), c.Name, rule(c))
 		}
+		found = c
 	}
-	return Identity{}, false
+	if found == nil {
+		return Identity{}, ErrUnknownClient
+	}
+	return s.identity(*found), nil
+}
+
+// matches says whether client c's rule matches a certificate of common
+// name cn and subject alternative names sans.
+func matches(c *config.TLSClient, cn string, sans []string) bool {
+	if c.SAN != "" {
+		for _, v := range sans {
+			if m, _ := path.Match(c.SAN, v); m {
+				return true
+			}
+		}
+		return false
+	}
+	return cn == c.CN()
+}
+
+// rule describes a client's rule for messages.
+func rule(c *config.TLSClient) string {
+	if c.SAN != "" {
+		return fmt.Sprintf("san %q", c.SAN)
+	}
+	return fmt.Sprintf("subject CN %q", c.CN())
 }
 
 func (s *State) identity(c config.TLSClient) Identity {
@@ -155,7 +176,7 @@ func New(st *State) *Auth {
 func (a *Auth) Set(st *State) { a.cur.Store(st) }
 
 // Match maps a client certificate with the current clients.
-func (a *Auth) Match(cert *x509.Certificate) (Identity, bool) { return a.cur.Load().Match(cert) }
+func (a *Auth) Match(cert *x509.Certificate) (Identity, error) { return a.cur.Load().Match(cert) }
 
 // Authorize checks a connection's client certificate again for a request
 // on it, with what was loaded last: its chain against the current client
@@ -175,8 +196,11 @@ func (a *Auth) Authorize(cs *tls.ConnectionState) (Identity, error) {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: st.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return Identity{}, errors.New("this client certificate is no longer valid for this daemon (expired, or its CA was replaced)")
 	}
-	id, ok := st.Match(leaf)
-	if !ok {
+	id, err := st.Match(leaf)
+	if errors.Is(err, ErrAmbiguous) {
+		return Identity{}, err
+	}
+	if err != nil {
 		return Identity{}, errors.New("this client certificate is no longer authorized")
 	}
 	return id, nil
@@ -185,6 +209,10 @@ func (a *Auth) Authorize(cs *tls.ConnectionState) (Identity, error) {
 // ErrUnknownClient refuses a certificate the CA signed but no configured
 // client matches.
 var ErrUnknownClient = errors.New("the client certificate matches no configured client")
+
+// ErrAmbiguous refuses a certificate that the rules of two configured
+// clients match.
+var ErrAmbiguous = errors.New("the client certificate is ambiguous")
 
 // TLSConfig is the listener's configuration: each handshake takes the
 // current state's certificate, CA and clients. TLS 1.3 only; a client
@@ -205,10 +233,8 @@ func (a *Auth) TLSConfig() *tls.Config {
 					if len(cs.PeerCertificates) == 0 {
 						return errors.New("no client certificate")
 					}
-					if _, ok := st.Match(cs.PeerCertificates[0]); !ok {
-						return ErrUnknownClient
-					}
-					return nil
+					_, err := st.Match(cs.PeerCertificates[0])
+					return err
 				},
 			}, nil
 		},

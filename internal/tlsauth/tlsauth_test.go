@@ -118,7 +118,6 @@ func TestMatch(t *testing.T) {
 		config.TLSClient{Name: "bob", Subject: "Bob Builder"},
 		config.TLSClient{Name: "agents", SAN: "spiffe://corp/agent/*", RatePerMinute: ptr(5.0), DailyQuota: ptr[int64](7)},
 		config.TLSClient{Name: "web", SAN: "*.corp.example", Burst: ptr(3), Network: true},
-		config.TLSClient{Name: "alice-again", Subject: "alice", Admin: true}, // shadowed by alice
 		config.TLSClient{Name: "ops", Admin: true, Network: true, DailyQuota: ptr[int64](0)},
 	)
 	inherit := tlsauth.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 10_000}
@@ -131,7 +130,9 @@ func TestMatch(t *testing.T) {
 		limits tlsauth.Limits
 	}{
 		{"CN is the name", tlsauthtest.Template{CN: "alice"}, "alice", false, false, inherit},
-		{"first match wins", tlsauthtest.Template{CN: "alice", DNS: []string{"x.corp.example"}}, "alice", false, false, inherit},
+		{"a CN rule and a SAN rule: ambiguous", tlsauthtest.Template{CN: "alice", DNS: []string{"x.corp.example"}}, "", false, false, tlsauth.Limits{}},
+		{"a workload with an admin's CN: ambiguous", tlsauthtest.Template{CN: "ops", URIs: []string{"spiffe://corp/agent/a1"}}, "", false, false, tlsauth.Limits{}},
+		{"two SAN rules: ambiguous", tlsauthtest.Template{DNS: []string{"a.corp.example"}, URIs: []string{"spiffe://corp/agent/a1"}}, "", false, false, tlsauth.Limits{}},
 		{"subject replaces the name", tlsauthtest.Template{CN: "Bob Builder"}, "bob", false, false, inherit},
 		{"the name is no subject when one is set", tlsauthtest.Template{CN: "bob"}, "", false, false, tlsauth.Limits{}},
 		{"subject is exact", tlsauthtest.Template{CN: "Bob Builder "}, "", false, false, tlsauth.Limits{}},
@@ -150,16 +151,24 @@ func TestMatch(t *testing.T) {
 			tlsauth.Limits{RatePerMinute: 120, Burst: 30, DailyQuota: 0}},
 		{"nobody", tlsauthtest.Template{CN: "mallory"}, "", false, false, tlsauth.Limits{}},
 	} {
-		id, ok := st.Match(f.ca.Issue(t, tc.tm).Cert)
+		id, err := st.Match(f.ca.Issue(t, tc.tm).Cert)
 		if tc.want == "" {
-			if ok {
-				t.Errorf("%s: matched %+v, want no client", tc.name, id)
+			ambiguous := strings.HasSuffix(tc.name, "ambiguous")
+			if err == nil || errors.Is(err, tlsauth.ErrAmbiguous) != ambiguous || errors.Is(err, tlsauth.ErrUnknownClient) == ambiguous {
+				t.Errorf("%s: matched %+v (%v), want no client (ambiguous: %v)", tc.name, id, err, ambiguous)
 			}
 			continue
 		}
 		want := tlsauth.Identity{Name: tc.want, UID: config.TLSClientUID(tc.want), Admin: tc.admin, Network: tc.net, Limits: tc.limits}
-		if !ok || id != want {
-			t.Errorf("%s: got %+v %v, want %+v", tc.name, id, ok, want)
+		if err != nil || id != want {
+			t.Errorf("%s: got %+v %v, want %+v", tc.name, id, err, want)
+		}
+	}
+	// The refusal names both rules.
+	_, err := st.Match(f.ca.Issue(t, tlsauthtest.Template{CN: "ops", URIs: []string{"spiffe://corp/agent/a1"}}).Cert)
+	for _, want := range []string{`"agents" (san "spiffe://corp/agent/*")`, `"ops" (subject CN "ops")`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ambiguous: error %v does not name %s", err, want)
 		}
 	}
 	// [admission]'s values are the State's: a state loaded with other
@@ -170,8 +179,8 @@ func TestMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, ok := st2.Match(f.ca.Client(t, "alice").Cert); !ok || id.Limits != (tlsauth.Limits{Burst: 1}) {
-		t.Errorf("alice with unlimited [admission]: %+v %v", id, ok)
+	if id, err := st2.Match(f.ca.Client(t, "alice").Cert); err != nil || id.Limits != (tlsauth.Limits{Burst: 1}) {
+		t.Errorf("alice with unlimited [admission]: %+v %v", id, err)
 	}
 }
 
@@ -205,8 +214,8 @@ func serve(t *testing.T, auth *tlsauth.Auth) *listener {
 				_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
 				err := tc.Handshake()
 				if err == nil {
-					id, ok := auth.Match(tc.ConnectionState().PeerCertificates[0])
-					if !ok {
+					id, err := auth.Match(tc.ConnectionState().PeerCertificates[0])
+					if err != nil {
 						id.Name = "?"
 					}
 					_, err = tc.Write([]byte(id.Name + "\n"))
@@ -289,6 +298,7 @@ func TestHandshakes(t *testing.T) {
 		{"not yet valid", tlsauthtest.ClientConfig(f.ca, f.ca.Issue(t, tlsauthtest.Template{CN: "alice",
 			NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(48 * time.Hour)})), nil},
 		{"a CN that matches no client", tlsauthtest.ClientConfig(f.ca, f.ca.Client(t, "mallory")), tlsauth.ErrUnknownClient},
+		{"alice's CN with an agent's SAN", tlsauthtest.ClientConfig(f.ca, f.ca.Issue(t, tlsauthtest.Template{CN: "alice", URIs: []string{"spiffe://corp/agent/7"}})), tlsauth.ErrAmbiguous},
 		{"a server certificate of the CA", tlsauthtest.ClientConfig(f.ca, f.ca.Issue(t, tlsauthtest.Template{CN: "alice", Server: true})), nil},
 		{"TLS 1.2", tls12, nil},
 	} {
@@ -328,7 +338,7 @@ func TestSetAppliesToTheNextConnection(t *testing.T) {
 	}
 
 	auth.Set(f.load(t, config.TLSClient{Name: "bob"}))
-	if _, ok := auth.Match(alice.Certificates[0].Leaf); ok {
+	if _, err := auth.Match(alice.Certificates[0].Leaf); err == nil {
 		t.Error("Auth.Match still maps alice after the reload")
 	}
 	if name, _, err := l.connect(t, alice); err == nil {

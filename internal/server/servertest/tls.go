@@ -1,7 +1,6 @@
 package servertest
 
 import (
-	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -28,7 +27,7 @@ func (h *Harness) ServeTLS(t testing.TB, auth *tlsauth.Auth, tune func(*http.Ser
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := hs.Serve(tls.NewListener(ln, auth.TLSConfig())); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(h.Server.TLSListener(ln, auth)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("serve TLS: %v", err)
 		}
 	}()
