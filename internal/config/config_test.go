@@ -61,6 +61,10 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"metrics no port":  "metrics_listen = \"127.0.0.1\"\n",
 		"metrics bad port": "metrics_listen = \"127.0.0.1:http\"\n",
 		"metrics no host":  "metrics_listen = \":9464\"\n",
+		"short write":      "write_timeout = \"500ms\"\n",
+		"long write":       "write_timeout = \"2h\"\n",
+		"zero write rate":  "write_min_rate_kib = 0\n",
+		"huge write rate":  "write_min_rate_kib = 1048577\n",
 	}
 	want := map[string]string{
 		"unknown key": "sockett", "relative socket": "socket", "bad mode": "socket_mode",
@@ -69,6 +73,7 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"relative files": "files.dir", "file over uid": "files.max_file_mb", "uid over total": "files.max_mb_per_uid",
 		"zero file count": "files.max_files_per_uid", "negative free": "files.min_free_mb", "short files ttl": "files.ttl",
 		"metrics no port": "metrics_listen", "metrics bad port": "metrics_listen", "metrics no host": "metrics_listen",
+		"short write": "write_timeout", "long write": "write_timeout", "zero write rate": "write_min_rate_kib", "huge write rate": "write_min_rate_kib",
 	}
 	for name, body := range cases {
 		_, err := Load(write(t, body), true)
