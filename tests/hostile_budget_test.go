@@ -28,7 +28,7 @@ func budgetCases() []hcase {
 			expect: "an unknown id is answered 404 before its body is read, a live one 413 naming the 4096-byte bound; the daemon's RSS and the budget's in_use_bytes stay flat; the other client's print(1) stays within its control latency",
 			run:    runInterruptBodies},
 		{id: "H21", cat: catDaemon, title: "two unprivileged uids each run 16 MiB of output and read the response at 2 KiB/s (memory_budget_mb 128, write_timeout 2 s), then an admin runs print(1)",
-			expect: "once the runs end their leases shrink to the responses' real size; the admin's print(1) is served within its control latency; both slow readers are dropped within write_timeout plus their bytes at write_min_rate_kib, and in_use_bytes is back to 0",
+			expect: "once the runs end their leases shrink to the responses' real size; the admin's print(1) is served within its control latency; both slow readers are dropped (in_use_bytes back to 0) within write_timeout plus their bytes at write_min_rate_kib",
 			run:    runSlowReaders},
 	}
 }
@@ -203,10 +203,6 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	const out = 16<<20 - 64<<10
 	body := fmt.Sprintf(`{"code":"import sys; sys.stdout.write('x' * %d)","limits":{"output_bytes":%d}}`, 16<<20, out)
 	readers := []*exec.Cmd{budgetSlowReader(t, d.Socket, nobodyUID, body), budgetSlowReader(t, d.Socket, nobodyUID-1, body)}
-	exited := make(chan struct{}, len(readers))
-	for _, c := range readers {
-		go func() { c.Wait(); exited <- struct{}{} }()
-	}
 	defer func() {
 		for _, c := range readers {
 			c.Process.Kill()
@@ -232,27 +228,21 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	rss1 := budgetRSSKB(t, d)
 	took, status, rbody := budgetPrint1(t, d)
 	// Each reader is then dropped within write_timeout plus its bytes at
-	// write_min_rate_kib (at most a socket buffer or two, well under a second).
-	dropped := 0
-	timer := time.After(writeTimeout + 10*time.Second)
-wait:
-	for dropped < len(readers) {
-		select {
-		case <-exited:
-			dropped++
-		case <-timer:
-			break wait
-		}
-	}
-	droppedAfter := time.Since(ended)
+	// write_min_rate_kib (a socket buffer or two: well under a second at
+	// 1 MiB/s). The clients cannot tell (curl still reads what the kernel
+	// buffered), but the budget can: a 16 MiB response does not fit in the
+	// socket's buffers, so its lease is released only when the daemon gave
+	// up on the client.
 	var use2 int64
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(writeTimeout + 10*time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if use2 = budgetInUse(t, d); use2 == 0 {
 			break
 		}
 	}
+	droppedAfter := time.Since(ended)
+	dropped := use2 == 0 && droppedAfter <= writeTimeout+5*time.Second
 	grew := (rss1 - rss0) >> 10
-	t.Logf("H21: in_use_bytes %d before, peak %d, after the runs %d (shrunk: %v), after the drop %d; RSS %d -> %d MiB; admin print(1) %v (control %v, HTTP %d); %d of 2 readers dropped %v after the runs",
+	t.Logf("H21: in_use_bytes %d before, peak %d, after the runs %d (shrunk: %v), after the drop %d; RSS %d -> %d MiB; admin print(1) %v (control %v, HTTP %d); readers dropped: %v, %v after the runs",
 		use0, peak, use1, shrunk, use2, rss0>>10, rss1>>10, took.Round(time.Millisecond), control.Round(time.Millisecond), status, dropped, droppedAfter.Round(time.Millisecond))
 	if !shrunk {
 		t.Errorf("in_use_bytes %d after the runs ended, want at most the responses' %d", use1, 2*(out+1<<20))
@@ -263,11 +253,8 @@ wait:
 	if bound := budgetLatencyBound(control); took > bound {
 		t.Errorf("the admin's print(1) took %v, bound %v (control %v)", took, bound, control)
 	}
-	if dropped != len(readers) {
-		t.Errorf("%d of %d slow readers dropped %v after their runs ended (write_timeout %v)", dropped, len(readers), droppedAfter, writeTimeout)
-	}
-	if use2 != 0 {
-		t.Errorf("in_use_bytes %d once the readers are gone, want 0", use2)
+	if !dropped {
+		t.Errorf("in_use_bytes %d %v after the runs ended: the slow readers were not dropped within write_timeout (%v) and a few seconds", use2, droppedAfter, writeTimeout)
 	}
 	// The responses' 32 MiB and what reading the output took; the budget is 128.
 	if grew > 2*budgetMB {
@@ -276,7 +263,7 @@ wait:
 	if err := d.Stop(); err != nil {
 		t.Errorf("stop the case's daemon: %v", err)
 	}
-	return fmt.Sprintf("leases shrank to %d MiB (worst case %d MiB); the admin's print(1) HTTP %d within its bound; %d of 2 slow readers dropped; in_use_bytes back to %d", budgetMiB(use1), budgetMiB(peak), status, dropped, use2)
+	return fmt.Sprintf("leases shrank to %d MiB (worst case %d MiB); the admin's print(1) HTTP %d within its bound; both slow readers dropped within write_timeout and a few seconds: %v; in_use_bytes back to %d", budgetMiB(use1), budgetMiB(peak), status, dropped, use2)
 }
 
 func budgetMiB(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
