@@ -206,6 +206,12 @@ type MemoryInfo struct {
 	// charged to it). 0: not set (cgroup v1, or no limit).
 	CgroupHighBytes int64 `json:"cgroup_high_bytes"`
 	TmpfsBytes      int64 `json:"tmpfs_bytes"`
+	// WriteTimeoutMs and WriteMinBytesPerSecond bound how long a response
+	// (and the part of the budget it holds) waits for a slow client: at
+	// most WriteTimeoutMs at a time, and in all WriteTimeoutMs plus its
+	// bytes at WriteMinBytesPerSecond; a slower client is dropped.
+	WriteTimeoutMs         int64 `json:"write_timeout_ms"`
+	WriteMinBytesPerSecond int64 `json:"write_min_bytes_per_second"`
 }
 
 // SessionInfo describes sessions on this daemon: the policy, and how many

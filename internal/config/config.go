@@ -73,6 +73,12 @@ type Config struct {
 	MaxBodyBytes       int64    `toml:"max_body_bytes"`
 	ReadTimeout        Duration `toml:"read_timeout"`
 	IdleTimeout        Duration `toml:"idle_timeout"`
+	// WriteTimeout and WriteMinRateKiB bound how long a response that
+	// holds part of the memory budget may wait for its client: at most
+	// WriteTimeout at a time, and in all WriteTimeout plus a second per
+	// WriteMinRateKiB KiB written (a client reading slower is dropped).
+	WriteTimeout    Duration `toml:"write_timeout"`
+	WriteMinRateKiB int64    `toml:"write_min_rate_kib"`
 	// MemoryBudgetMB bounds the memory held for requests in flight (their
 	// bodies, output, returned files and figures); 0: a quarter of the
 	// host's memory, within 256 MiB..8 GiB. See MemoryBudget.
@@ -475,6 +481,8 @@ func Default() Config {
 		MaxBodyBytes:       64 << 20,
 		ReadTimeout:        Duration{30 * time.Second},
 		IdleTimeout:        Duration{120 * time.Second},
+		WriteTimeout:       Duration{60 * time.Second},
+		WriteMinRateKiB:    256,
 		Defaults:           Limits{TimeoutMs: 10_000, MemoryMB: 512, Pids: 64, FileSizeMB: 64, OutputBytes: 1 << 20},
 		Maxima:             Limits{TimeoutMs: 60_000, MemoryMB: 2048, Pids: 256, FileSizeMB: 256, OutputBytes: 16 << 20},
 		AdminMaxima:        Limits{TimeoutMs: 3_600_000, MemoryMB: 16384, Pids: 1024, FileSizeMB: 4096, OutputBytes: 64 << 20},
@@ -604,6 +612,12 @@ func (c *Config) Validate() error {
 	}
 	if c.IdleTimeout.Duration <= 0 {
 		bad("idle_timeout", "must be positive")
+	}
+	if d := c.WriteTimeout.Duration; d < time.Second || d > time.Hour {
+		bad("write_timeout", "must be in 1s..1h")
+	}
+	if c.WriteMinRateKiB < 1 || c.WriteMinRateKiB > 1<<20 {
+		bad("write_min_rate_kib", "must be in 1..%d (KiB per second)", 1<<20)
 	}
 	if c.MemoryBudgetMB != 0 && (c.MemoryBudgetMB < 128 || c.MemoryBudgetMB > 1<<20) {
 		bad("memory_budget_mb", "must be 0 (automatic) or in 128..%d", 1<<20)

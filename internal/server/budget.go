@@ -50,6 +50,7 @@ type lease struct {
 	b    *memBudget
 	who  peer.Caller
 	held int64
+	run  int64 // of held, the run's worst case (reserveRun)
 }
 
 func (s *Server) newLease(who peer.Caller) *lease { return &lease{b: s.budget, who: who} }
@@ -95,21 +96,37 @@ func (l *lease) acquire(ctx context.Context, n int64, wait time.Duration, what s
 
 // release returns everything the request holds.
 func (l *lease) release() {
-	if l.held == 0 {
+	l.give(l.held)
+	l.run = 0
+}
+
+// shrinkRun returns what the run reserved beyond keep, the bytes its
+// response really holds: once a run has ended, its lease is its response,
+// not its worst case, however long the client takes to read it.
+func (l *lease) shrinkRun(keep int64) {
+	if extra := l.run - max(keep, 0); extra > 0 {
+		l.give(extra)
+		l.run -= extra
+	}
+}
+
+// give returns n of what the request holds.
+func (l *lease) give(n int64) {
+	if n <= 0 {
 		return
 	}
 	b := l.b
 	b.mu.Lock()
-	b.used -= l.held
+	b.used -= n
 	if !l.who.Admin {
-		if b.perUID[l.who.UID] -= l.held; b.perUID[l.who.UID] <= 0 {
+		if b.perUID[l.who.UID] -= n; b.perUID[l.who.UID] <= 0 {
 			delete(b.perUID, l.who.UID)
 		}
 	}
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
-	l.held = 0
+	l.held -= n
 }
 
 // bodyFactor is what decoding a JSON body holds per byte of it: the

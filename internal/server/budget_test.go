@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +77,83 @@ func TestMemBudgetShare(t *testing.T) {
 	u2.release()
 	if b.inUse() != 0 || len(b.perUID) != 0 {
 		t.Fatalf("left %d %v", b.inUse(), b.perUID)
+	}
+}
+
+// Once a run ends its lease keeps only its response; what the body holds
+// stays until the request ends.
+func TestLeaseShrinkRun(t *testing.T) {
+	b := newMemBudget(100)
+	l := &lease{b: b, who: peer.Caller{UID: 1000}}
+	if err := l.acquire(context.Background(), 10, time.Second, "the body"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.acquire(context.Background(), 40, time.Second, "the run"); err != nil {
+		t.Fatal(err)
+	}
+	l.run = 40
+	l.shrinkRun(15)
+	if b.inUse() != 25 || l.held != 25 || l.run != 15 {
+		t.Fatalf("after shrinking to 15: in use %d, held %d, run %d", b.inUse(), l.held, l.run)
+	}
+	l.shrinkRun(30) // never grows
+	if b.inUse() != 25 {
+		t.Fatalf("a larger keep grew the lease: %d", b.inUse())
+	}
+	l.release()
+	if b.inUse() != 0 || b.perUID[1000] != 0 {
+		t.Fatalf("left %d", b.inUse())
+	}
+}
+
+// A client that reads slower than the pace is dropped within timeout plus
+// its bytes at rate; one that reads promptly gets everything.
+func TestPaceWriter(t *testing.T) {
+	p := pace{timeout: 300 * time.Millisecond, rate: 256 << 10}
+	const size = 16 << 20
+	errs := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pw := &paceWriter{w: w, rc: http.NewResponseController(w), pace: p}
+		chunk := make([]byte, 32<<10)
+		var err error
+		for n := 0; n < size && err == nil; n += len(chunk) {
+			_, err = pw.Write(chunk)
+		}
+		if err == nil {
+			err = pw.flush()
+		}
+		errs <- err
+	}))
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := <-errs; err != nil || n != size {
+		t.Fatalf("a prompt reader: %d bytes, handler %v", n, err)
+	}
+
+	resp, err = http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	start := time.Now()
+	buf := make([]byte, 4<<10)
+	var got error
+	for got == nil && time.Since(start) < 20*time.Second {
+		select {
+		case got = <-errs:
+		case <-time.After(100 * time.Millisecond): // 40 KiB/s
+			_, _ = resp.Body.Read(buf)
+		}
+	}
+	// The client had at most a few socket buffers (well under 8 MiB: 32 s
+	// at rate) when it was dropped.
+	if took := time.Since(start); got == nil || took > 10*time.Second {
+		t.Fatalf("a reader at 40 KiB/s: handler %v after %v, want a write error within a few seconds", got, took)
 	}
 }

@@ -34,27 +34,29 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		return fail(err)
 	}
 	if format := streamFormat(r.Header.Get("Accept")); format != "" {
-		return s.executeStream(w, r, format, who, &req, jr, start)
+		return s.executeStream(w, r, format, o, &req, jr)
 	}
 	res, queued, err := s.run(r.Context(), who, jr)
 	s.setQuotaHeader(w, who)
 	if err != nil {
 		return fail(err)
 	}
+	mem.shrinkRun(resultBytes(res, 0))
 	bulk := newBulkSet()
 	resp := response(res, jr.Limits, bulk)
 	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
-	writeBulk(w, http.StatusOK, resp, bulk)
+	s.writeBulk(w, http.StatusOK, resp, bulk)
 	return nil
 }
 
 // executeStream runs jr with its events streamed in format (see
 // api/stream.go). Errors before the run starts are ordinary error
 // responses; after, an error event ends the stream.
-func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format string, who peer.Caller, req *api.ExecuteRequest, jr *spec.Request, start time.Time) error {
+func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format string, o *op, req *api.ExecuteRequest, jr *spec.Request) error {
+	who, start := o.who, o.start
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	live := newLiveStream(w, format == api.MediaSSE, cancel)
+	live := newLiveStream(w, format == api.MediaSSE, cancel, s.pace())
 	began := false
 	jr.Output = live.output
 	jr.OnStart = func(id string, warm bool) {
@@ -64,6 +66,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 	}
 	res, queued, err := s.run(ctx, who, jr)
 	if err != nil {
+		o.mem.shrinkRun(live.queued())
 		s.audit.refused(who, "execute", err)
 		if !began {
 			s.setQuotaHeader(w, who)
@@ -75,6 +78,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 		return nil
 	}
 	s.audit.ran(who, "execute", req.Code, jr.Limits, res, queued, time.Since(start))
+	o.mem.shrinkRun(resultBytes(res, live.queued()))
 	if !began { // an engine that ran without saying so: the stream starts now
 		jr.OnStart(res.ID, res.Warm)
 	}
@@ -129,7 +133,25 @@ func (s *Server) reserveRun(ctx context.Context, mem *lease, outputBytes int64, 
 	if inlineFiles {
 		n += spec.MaxReturnTotalBytes
 	}
-	return mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)")
+	if err := mem.acquire(ctx, n, s.cfg.Admission.QueueWait.Duration, "the run (its output caps, figures and returned files)"); err != nil {
+		return err
+	}
+	mem.run += n
+	return nil
+}
+
+// resultBytes is what a run's result holds of what reserveRun reserved:
+// its captured output, returned files and figures (queued: output a
+// stream has not sent yet). The lease shrinks to it once the run ends.
+func resultBytes(res *spec.Result, queued int64) int64 {
+	n := int64(len(res.Stdout)+len(res.Stderr)) + queued
+	for _, f := range res.Files {
+		n += int64(len(f.Data))
+	}
+	for _, f := range res.Figures {
+		n += int64(len(f.Data))
+	}
+	return n
 }
 
 // jailRequest validates an execute request into the run service's.

@@ -71,6 +71,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	}
 	info.Files = s.filesInfo(who.UID)
 	info.Memory = api.MemoryInfo{BudgetBytes: s.budget.max, InUseBytes: s.budget.inUse()}
+	p := s.pace()
+	info.Memory.WriteTimeoutMs, info.Memory.WriteMinBytesPerSecond = p.timeout.Milliseconds(), p.rate
 	info.Memory.CgroupHighBytes, info.Memory.TmpfsBytes = s.engine.DaemonMemoryHigh()
 	if l := debug.SetMemoryLimit(-1); l < math.MaxInt64 {
 		info.Memory.LimitBytes = l

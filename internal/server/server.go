@@ -400,13 +400,14 @@ func (s *Server) errorBody(r *http.Request, err error) (int, api.ErrorBody) {
 // writeBulk is writeJSON for a value with bulk placeholders (see
 // bulkSet): their content is streamed into the body.
 //
-// A client that stops reading for writeStall is dropped, and with it what
-// the request holds of the memory budget.
-func writeBulk(w http.ResponseWriter, status int, v any, bulk *bulkSet) {
+// A client that reads slower than the daemon's pace (write_timeout,
+// write_min_rate_kib) is dropped, and with it what the request holds of
+// the memory budget.
+func (s *Server) writeBulk(w http.ResponseWriter, status int, v any, bulk *bulkSet) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	rc := http.NewResponseController(w)
-	sw := stallWriter{w, rc}
+	sw := &paceWriter{w: w, rc: rc, pace: s.pace()}
 	if err := writeBulkJSON(sw, v, bulk); err == nil {
 		_, _ = io.WriteString(sw, "\n")
 	}
@@ -432,22 +433,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // application/x-www-form-urlencoded and is refused like any other type, as
 // Docker's API does.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeWithin(w, r, v, s.cfg.MaxBodyBytes)
+}
+
+// decodeWithin is decode with a bound of limit bytes.
+func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 			return errdefs.New(errdefs.ErrUnsupportedMediaType, "Content-Type %q: the body must be JSON; send Content-Type: application/json (curl --json, or -H 'Content-Type: application/json' -d)", trimHeader(ct))
 		}
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err, s.cfg.MaxBodyBytes)
+		return decodeError(err, limit)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var tooBig *http.MaxBytesError
 		if _, class := errdefs.Classify(err); errors.As(err, &tooBig) || (err != nil && class != errdefs.ErrInternal.Error()) {
-			return decodeError(err, s.cfg.MaxBodyBytes)
+			return decodeError(err, limit)
 		}
 		return errdefs.New(errdefs.ErrInvalidArgument, "body: trailing data after the JSON object")
 	}

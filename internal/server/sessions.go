@@ -125,14 +125,20 @@ func sessionWire(i sessions.Info) api.Session {
 }
 
 func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
+	// An unknown id costs nothing: it is refused before the body is read
+	// (which counts against the memory budget as it arrives).
+	who, sw := s.sessionCaller(r)
+	if _, err := s.sessions.Get(r.PathValue("id"), sw); err != nil {
+		s.audit.refused(who, "session_execute", err)
+		return err
+	}
 	var req api.SessionExecuteRequest
 	o, err := s.begin(w, r, "session_execute", &req)
 	if err != nil {
 		return err
 	}
 	defer o.done()
-	who, start, mem, fail := o.who, o.start, o.mem, o.fail
-	sw := sessions.Caller{UID: who.UID, Admin: who.Admin}
+	start, mem, fail := o.start, o.mem, o.fail
 	id := r.PathValue("id")
 	if err := policy.CallFields(&req); err != nil {
 		return fail(err)
@@ -159,7 +165,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		live = newLiveStream(w, format == api.MediaSSE, cancel)
+		live = newLiveStream(w, format == api.MediaSSE, cancel, s.pace())
 		call.Output = live.output
 		call.OnStart = func(id string, warm bool) {
 			began = true
@@ -177,7 +183,12 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	queued := time.Since(start)
 	res, err := meta.h.Exec(ctx, call)
 	release()
+	var unsent int64 // output a stream has not sent yet
+	if live != nil {
+		unsent = live.queued()
+	}
 	if err != nil {
+		mem.shrinkRun(unsent)
 		err = fmt.Errorf("session call failed: %w", err)
 		if began {
 			s.audit.refused(who, "session_execute", err)
@@ -186,6 +197,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fail(err)
 	}
+	mem.shrinkRun(resultBytes(&res.Result, unsent))
 	done(res.Count)
 	res.Result.Image = meta.image
 	l := meta.bounds.Limits
@@ -212,7 +224,7 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	writeBulk(w, http.StatusOK, resp, bulk)
+	s.writeBulk(w, http.StatusOK, resp, bulk)
 	return nil
 }
 
@@ -291,13 +303,24 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// maxInterruptBody bounds an interrupt's body, which must be empty or a
+// JSON object with nothing in it: a larger one is refused after at most
+// this much is read, and counts for nothing in the memory budget.
+const maxInterruptBody = 4 << 10
+
 func (s *Server) interruptSession(w http.ResponseWriter, r *http.Request) error {
 	who, sw := s.sessionCaller(r)
 	id := r.PathValue("id")
+	// An unknown id costs nothing: it is refused before the body is read.
+	if _, err := s.sessions.Get(id, sw); err != nil {
+		s.audit.refused(who, "session_interrupt", err)
+		return err
+	}
 	// The body, if any, must be a JSON object; nothing in it is read.
 	if r.ContentLength != 0 {
 		var body struct{}
-		if err := s.decode(w, r, &body); err != nil {
+		if err := decodeWithin(w, r, &body, maxInterruptBody); err != nil {
+			s.audit.refused(who, "session_interrupt", err)
 			return err
 		}
 	}

@@ -182,3 +182,30 @@ func TestSessionsDisabled(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// An interrupt's body is looked at only for a live session, and is at
+// most 4 KiB; a session call's body is read only for a live session.
+func TestSessionBodiesAfterLookup(t *testing.T) {
+	h := harness(t, nil)
+	s, err := h.Client.CreateSession(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := "{" + strings.Repeat(" ", 8<<10) + "}"
+	for _, c := range []struct {
+		path, body string
+		status     int
+		typ, says  string
+	}{
+		{"/v1/sessions/s_nope/interrupt", big, http.StatusNotFound, "not_found", "s_nope"},
+		{"/v1/sessions/s_nope/execute", `{"code":`, http.StatusNotFound, "not_found", "s_nope"},
+		{"/v1/sessions/" + s.SessionID + "/interrupt", big, http.StatusRequestEntityTooLarge, "too_large", "4096"},
+		{"/v1/sessions/" + s.SessionID + "/interrupt", `{"x":1}`, http.StatusBadRequest, "invalid_argument", "x"},
+		{"/v1/sessions/" + s.SessionID + "/interrupt", `{}`, http.StatusOK, "", ""},
+	} {
+		status, _, e := raw(t, h, http.MethodPost, c.path, "application/json", c.body)
+		if status != c.status || e.Type != c.typ || !strings.Contains(e.Message, c.says) {
+			t.Errorf("POST %s (%d bytes): %d %+v, want %d %s naming %q", c.path, len(c.body), status, e, c.status, c.typ, c.says)
+		}
+	}
+}

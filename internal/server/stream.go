@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -31,9 +32,6 @@ const (
 	// maxSegments bounds the output chunks queued apart (see output): a
 	// whole 64 MiB cap in segments of maxEventText is 1024.
 	maxSegments = 1024
-	// writeStall is how long a write to a client that does not read may
-	// block before the client is taken to be gone.
-	writeStall = 60 * time.Second
 )
 
 // streamFormat picks the streamed form an Accept header asks for: "" (a
@@ -133,12 +131,14 @@ type segment struct {
 // queue holds only bytes kept within the run's output cap, so a client
 // slower than the run costs at most the cap of each stream, and the run
 // never waits for the client (l.mu is never held while writing). A write
-// that fails (the client went away, or stalled writeStall) cancels the run.
+// that fails (the client went away, or read slower than its pace allows)
+// cancels the run.
 //
 // The writer is begin, then loop, then end, one after the other: only it
 // touches ew, rc, chunkers, err and last.
 type liveStream struct {
 	ew     *eventWriter
+	pw     *paceWriter
 	rc     *http.ResponseController
 	cancel func() // kills the run
 
@@ -146,6 +146,8 @@ type liveStream struct {
 	queue   []segment
 	newline bool      // the queue holds a newline: flush now
 	first   time.Time // arrival of the oldest queued byte
+
+	unsent atomic.Int64 // bytes of output queued or being sent
 
 	chunkers [3]textChunker
 	err      error     // the first write error; the rest is discarded
@@ -157,10 +159,11 @@ type liveStream struct {
 	begun   bool // begin ran: the head is written and the loop runs
 }
 
-func newLiveStream(w http.ResponseWriter, sse bool, cancel func()) *liveStream {
+func newLiveStream(w http.ResponseWriter, sse bool, cancel func(), p pace) *liveStream {
 	rc := http.NewResponseController(w)
+	pw := &paceWriter{w: w, rc: rc, pace: p}
 	return &liveStream{
-		ew: &eventWriter{w: stallWriter{w, rc}, sse: sse}, rc: rc, cancel: cancel,
+		ew: &eventWriter{w: pw, sse: sse}, pw: pw, rc: rc, cancel: cancel,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 }
@@ -171,6 +174,7 @@ func (l *liveStream) output(stream int, p []byte) {
 		return
 	}
 	l.mu.Lock()
+	l.unsent.Add(int64(len(p)))
 	wake := len(l.queue) == 0 // the loop's timer is for a keepalive
 	if wake {
 		l.first = time.Now()
@@ -213,6 +217,10 @@ func (l *liveStream) output(stream int, p []byte) {
 		}
 	}
 }
+
+// queued is the output queued and not yet sent (taken by the writer
+// included).
+func (l *liveStream) queued() int64 { return l.unsent.Load() }
 
 // lastOf is the index of stream's last queued segment, or -1.
 func (l *liveStream) lastOf(stream int) int {
@@ -259,7 +267,7 @@ func (l *liveStream) send(event string, v any, bulk *bulkSet) {
 	}
 	err := l.ew.write(event, v, bulk)
 	if err == nil {
-		err = l.rc.Flush()
+		err = l.pw.flush()
 	}
 	l.last = time.Now()
 	if err != nil {
@@ -315,6 +323,7 @@ func (l *liveStream) take() []segment {
 func (l *liveStream) flush(queue []segment, final bool) {
 	for i, seg := range queue {
 		l.sendText(seg.stream, seg.data, false)
+		l.unsent.Add(-int64(len(seg.data)))
 		queue[i].data = nil // sent: the collector may have it
 	}
 	if final {
@@ -361,17 +370,54 @@ func (l *liveStream) end(events []finalEvent) error {
 	return l.err
 }
 
-// stallWriter moves the connection's write deadline writeStall ahead at
-// each write: a client that reads, however slowly, is served; one that
-// stops reading for writeStall is gone (its write fails).
-type stallWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+// pace is how long a response may wait for its client (write_timeout
+// and write_min_rate_kib): at most timeout at a time, and in all timeout
+// plus the bytes written at rate bytes per second.
+type pace struct {
+	timeout time.Duration
+	rate    int64
 }
 
-func (s stallWriter) Write(p []byte) (int, error) {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeStall))
-	return s.w.Write(p)
+func (s *Server) pace() pace {
+	return pace{s.cfg.WriteTimeout.Duration, s.cfg.WriteMinRateKiB << 10}
+}
+
+// paceWriter writes a response within its pace: a client that reads
+// slower (a trickle of a few KiB a minute keeps a per-write deadline
+// moving for ever) is dropped, its write failing, and with it what its
+// request holds of the memory budget. Only the time spent blocked on the
+// client counts: a stream that waits for its run's output does not.
+type paceWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+	pace
+	written int64         // bytes the client was given
+	waited  time.Duration // time spent waiting for it
+}
+
+// deadline sets the connection's write deadline for a write of n more
+// bytes and returns when the wait began.
+func (p *paceWriter) deadline(n int) time.Time {
+	allowed := p.timeout + time.Duration(float64(p.written+int64(n))/float64(p.rate)*float64(time.Second)) - p.waited
+	now := time.Now()
+	_ = p.rc.SetWriteDeadline(now.Add(min(p.timeout, allowed)))
+	return now
+}
+
+func (p *paceWriter) Write(b []byte) (int, error) {
+	start := p.deadline(len(b))
+	n, err := p.w.Write(b)
+	p.waited += time.Since(start)
+	p.written += int64(n)
+	return n, err
+}
+
+// flush sends what the response writer buffered, within the same pace.
+func (p *paceWriter) flush() error {
+	start := p.deadline(0)
+	err := p.rc.Flush()
+	p.waited += time.Since(start)
+	return err
 }
 
 type finalEvent struct {

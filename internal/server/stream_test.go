@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jaild/jaild/internal/api"
 )
@@ -210,7 +211,7 @@ func TestStreamFormat(t *testing.T) {
 // bytes in order, and the queue allocates little more than it holds.
 func TestLiveStreamQueueBounded(t *testing.T) {
 	const perStream = 4 << 20
-	l := newLiveStream(httptest.NewRecorder(), false, func() {})
+	l := newLiveStream(httptest.NewRecorder(), false, func() {}, pace{time.Minute, 256 << 10})
 	var want [3]bytes.Buffer
 	want[1].Grow(perStream)
 	want[2].Grow(perStream)
@@ -257,7 +258,7 @@ func TestLiveStreamQueueBounded(t *testing.T) {
 	// Past maxSegments, chunks of sizes that do not divide a segment (1
 	// byte on one stream, 32 KiB + 1 on the other) leave no segment
 	// part-empty but the last of each stream.
-	l = newLiveStream(httptest.NewRecorder(), false, func() {})
+	l = newLiveStream(httptest.NewRecorder(), false, func() {}, pace{time.Minute, 256 << 10})
 	total := 0
 	for range maxSegments {
 		l.output(1+total%2, rec[:1])
