@@ -49,7 +49,7 @@ func runTests(m *testing.M) int {
 		RunDir:         runDir,
 		CgroupName:     "jaild-jail-test-" + strconv.Itoa(os.Getpid()),
 		HostIDBase:     hostIDBase(),
-		FavorDynmods:   true,          // only this package's engine: TestFavorDynmods checks it set it
+		FavorDynmods:   true, // only this package's engine: TestFavorDynmods checks it set it
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", imageDir, err)
