@@ -692,17 +692,15 @@ func (j *Jail) teardown() bool {
 	free := true
 	if j.c != nil {
 		// A frozen jail (a session between calls) cannot be destroyed:
-		// thaw it, which does nothing to one that is not frozen. A jail
-		// whose first process still runs (a session, a warm jail) is
-		// killed first.
+		// libcontainer refuses a paused container whose first process
+		// lives. A jail whose first process still runs (a session, a warm
+		// jail) is thawed and killed until that process is seen to end: a
+		// freeze racing the teardown (a session's call ending as it is
+		// deleted) would leave SIGKILLed tasks frozen for good on cgroup
+		// v1. Thaw does nothing to a jail that is not frozen.
 		j.mu.Lock()
 		started, paths := j.started, j.cgroups
 		j.mu.Unlock()
-		_ = j.c.Resume()
-		// Thawed and killed until its first process is seen to end: a
-		// freeze racing the teardown (a session's call ending as it is
-		// deleted) would leave SIGKILLed tasks frozen for good on cgroup
-		// v1.
 		for started {
 			select {
 			case <-j.done:
@@ -710,8 +708,7 @@ func (j *Jail) teardown() bool {
 				continue
 			default:
 			}
-			_ = freezeCgroup(paths, false)
-			_ = j.c.Resume()
+			_ = j.Thaw()
 			j.Kill()
 			select {
 			case <-j.done:

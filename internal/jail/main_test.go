@@ -48,8 +48,8 @@ func runTests(m *testing.M) int {
 		SeccompProfile: profile,
 		RunDir:         runDir,
 		CgroupName:     "jaild-jail-test-" + strconv.Itoa(os.Getpid()),
-		HostIDBase:     1_500_000_000, // apart from internal/run (1.2e9) and tests/ (1.3e9), which may run at once
-		FavorDynmods:   true,          // only this package's engine: TestFavorDynmods checks it set it
+		HostIDBase:     hostIDBase(),
+		FavorDynmods:   true, // only this package's engine: TestFavorDynmods checks it set it
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", imageDir, err)
@@ -65,4 +65,14 @@ func runTests(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// hostIDBase is apart from internal/run (1.2e9) and tests/ (1.3e9), which
+// may run at once, and the test binary's run by TestJailSignalsReset has
+// its own.
+func hostIDBase() uint32 {
+	if os.Getenv(signalsChildEnv) != "" {
+		return 1_600_000_000
+	}
+	return 1_500_000_000
 }

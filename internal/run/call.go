@@ -101,8 +101,8 @@ func (ss *Session) endedError() error {
 
 // begin refuses a call of an ended session and numbers the call. The
 // interpreter may have ended between calls (a background thread's
-// os._exit as the last call ended): this call gets a fresh one, and says
-// so.
+// os._exit as the last call ended, before the freeze): this call gets a
+// fresh one, and says so.
 func (sc *sessionCall) begin() error {
 	ss := sc.ss
 	if ss.isEnded() {
@@ -115,9 +115,8 @@ func (sc *sessionCall) begin() error {
 			if rep.Signal != 0 {
 				sc.lostBefore = spec.LostCrashed
 			}
-			ss.restart()
-			if ss.isEnded() {
-				return ss.endedError()
+			if err := sc.restartThawed(); err != nil {
+				return err
 			}
 		}
 	default:
@@ -127,6 +126,26 @@ func (sc *sessionCall) begin() error {
 	sc.cs = &callState{n: ss.calls, end: make(chan int, 1), started: make(chan struct{})}
 	sc.fresh = ss.fresh
 	ss.mu.Unlock()
+	return nil
+}
+
+// restartThawed starts a fresh interpreter for a session frozen since its
+// last call: init, frozen too, could neither start it nor report it
+// started. The session is left thawed, as a new one is: init killed
+// everything of the old interpreter before it reported the exit, so what
+// runs is init and the fresh runner, no user code.
+func (sc *sessionCall) restartThawed() error {
+	ss := sc.ss
+	if err := sc.j.Thaw(); err != nil {
+		if ss.isEnded() {
+			return ss.endedError()
+		}
+		return fmt.Errorf("thaw session: %w", err)
+	}
+	ss.restart()
+	if ss.isEnded() {
+		return ss.endedError()
+	}
 	return nil
 }
 
@@ -141,8 +160,8 @@ func (sc *sessionCall) uncount() {
 }
 
 // prepare encodes the job and writes the call's files. The session is
-// frozen (or, before the first call, has run no user code): nothing of it
-// changes the workspace meanwhile.
+// frozen (or, before its first call or after begin's restart, runs no user
+// code): nothing of it changes the workspace meanwhile.
 func (sc *sessionCall) prepare() error {
 	c, ss, j := sc.c, sc.ss, sc.j
 	stdin := runner.Latin1(c.Stdin)

@@ -281,3 +281,46 @@ func TestSessionFilesBeyondTheWorkspace(t *testing.T) {
 		t.Fatalf("files beyond the workspace: %v", err)
 	}
 }
+
+// An interpreter that ends after its call's end record but before the
+// freeze (a background thread's os._exit) leaves init's exit report
+// waiting and the jail frozen, init with it. The next call gets a fresh
+// interpreter and says so; it does not wait for a restart a frozen init
+// cannot make (the session ended restart_failed after restartTimeout).
+func TestSessionInterpreterEndedBeforeTheFreeze(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1\nimport os, threading\nthreading.Timer(0.2, os._exit, (0,)).start()")
+	// The state the race leaves, made on purpose: thawed until init has
+	// reported the exit, then frozen again.
+	if err := ss.st.j.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(ss.events) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("init did not report the interpreter's exit")
+		}
+	}
+	if err := ss.st.j.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := call(t, ss, "print('x' in globals())")
+	took := time.Since(start)
+	if r.Ended || r.Status != spec.StatusOK || string(r.Stdout) != "False\n" || !r.StateLost || r.LostReason != spec.LostExited {
+		t.Fatalf("the call after the loss (%v): %+v stdout %q stderr %s", took, r, r.Stdout, r.Stderr)
+	}
+	if took >= restartTimeout {
+		t.Errorf("the call after the loss took %v, the restart's whole bound", took)
+	}
+	r = call(t, ss, "x = 2\nx")
+	if r.Ended || r.StateLost || r.ResultRepr == nil || *r.ResultRepr != "2" {
+		t.Fatalf("the next call: %+v stderr %s", r, r.Stderr)
+	}
+	// Frozen again between calls.
+	call(t, ss, "import threading\ndef spin():\n    while True: pass\nthreading.Thread(target=spin, daemon=True).start()")
+	a := ss.st.j.Stats().CPU
+	time.Sleep(300 * time.Millisecond)
+	if b := ss.st.j.Stats().CPU; b-a > 50*time.Millisecond {
+		t.Errorf("the session ran %v between calls", b-a)
+	}
+}

@@ -31,6 +31,15 @@
  * only init reports on PROGRAM. User code can still signal pid 1, which
  * ignores every signal it has no handler for (SIGCHLD is its only one).
  *
+ * Then (after the filter) every signal's disposition is reset to SIG_DFL and
+ * the signal mask emptied: an execve keeps ignored signals ignored and the
+ * mask as it was, so without this a jail would inherit whatever the
+ * daemon's own parent ignored or blocked (nohup's SIGHUP, a shell's
+ * ignored signals), which the Go runtime and libcontainer pass on. For
+ * pid 1 SIG_DFL is ignoring: the kernel drops a default-action signal to
+ * a pid namespace's init (only SIGKILL and SIGSTOP from an ancestor
+ * namespace get through).
+ *
  * Why a separate pid 1: the kernel spares a pid namespace's init from
  * signals it has no handler for, even SIGKILL sent from inside, so user
  * code must not run as pid 1 (os.kill(os.getpid(), SIGKILL) would not end
@@ -85,6 +94,20 @@ static void write_all(int fd, const char *buf, size_t n)
 		}
 		buf += w;
 		n -= (size_t)w;
+	}
+}
+
+/* Every catchable signal to SIG_DFL (see the top). The raw system call:
+ * glibc's sigaction refuses the signals it reserves (32, 33), which an
+ * execve keeps ignored as any other. All zero is SIG_DFL (0), no flags and
+ * an empty mask in every architecture's struct sigaction. */
+static void default_signals(void)
+{
+	static const unsigned long dfl[8];
+	for (int sig = 1; sig < _NSIG; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP)
+			continue;
+		(void)syscall(SYS_rt_sigaction, sig, dfl, NULL, (size_t)(_NSIG - 1) / 8);
 	}
 }
 
@@ -156,6 +179,10 @@ int main(int argc, char **argv)
 		fputs("usage: init PROGRAM [ARG...]\n", stderr);
 		return 2;
 	}
+	default_signals();
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	int control = -1, status_fd = -1, jobs = -1;
 	if (valid_fd(CONTROL_FD) && valid_fd(STATUS_FD)) {
 		control = CONTROL_FD;
