@@ -56,6 +56,7 @@ func (h *hostile) memDaemon(t *testing.T) (*daemon, func()) {
 		t.Fatal(err)
 	}
 	h.extraParents = []string{cg.rel}
+	t.Logf("the case's daemon: %s, jails under %s", d.Dir, cg.rel)
 	return d, func() {
 		h.extraParents = nil
 		if err := d.Stop(); err != nil {

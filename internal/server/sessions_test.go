@@ -270,7 +270,7 @@ func TestSessionMemoryBounds(t *testing.T) {
 		t.Fatalf("uid 1001 after room was made: %d", code)
 	}
 	theirs = append(theirs, id)
-	reserved(1536)
+	reserved(1024)
 	for _, id := range theirs {
 		req, _ := http.NewRequest(http.MethodDelete, other.URL+"/v1/sessions/"+id, nil)
 		resp, err := http.DefaultClient.Do(req)
