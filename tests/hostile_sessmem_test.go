@@ -38,7 +38,7 @@ func sessMemCases() []hcase {
 	return []hcase{
 		{id: "S30", cat: catSession, title: "uid 65534 asks for 4 sessions of 128 MiB at once, root for 3 more, each then holding its memory frozen (sessions.max_memory_per_uid_mb 256, max_memory_total_mb 384)",
 			expect: "2 of uid 65534's creations succeed and 2 get 429 naming sessions.max_memory_per_uid_mb; 1 of root's succeeds and 2 get 503 naming sessions.max_memory_total_mb; /v1/info shows 384 MiB reserved while they live and 0 once they ended (DELETE, idle timeout); another caller's print(1) served throughout",
-			run: runSessionMemory},
+			run:    runSessionMemory},
 	}
 }
 
