@@ -217,16 +217,23 @@ type MemoryInfo struct {
 // SessionInfo describes sessions on this daemon: the policy, and how many
 // live now.
 type SessionInfo struct {
-	Enabled          bool  `json:"enabled"`
-	Live             int   `json:"live"`
-	Running          int   `json:"running"` // live sessions with a call in progress
-	MaxPerUID        int   `json:"max_per_uid"`
-	MaxTotal         int   `json:"max_total"`
-	IdleTimeoutS     int64 `json:"idle_timeout_s"`
-	MaxIdleTimeoutS  int64 `json:"max_idle_timeout_s"`
-	TTLS             int64 `json:"ttl_s"`
-	MaxTTLS          int64 `json:"max_ttl_s"` // for this caller
-	InterruptGraceMs int64 `json:"interrupt_grace_ms"`
+	Enabled   bool `json:"enabled"`
+	Live      int  `json:"live"`
+	Running   int  `json:"running"` // live sessions with a call in progress
+	MaxPerUID int  `json:"max_per_uid"`
+	MaxTotal  int  `json:"max_total"`
+	// MemoryReservedBytes is the memory limits (memory_mb) of the sessions
+	// live and being made, all callers'; a creation that would take it
+	// past MaxMemoryTotalBytes is 503, one taking the caller's own past
+	// MaxMemoryPerUIDBytes 429 (admins: no per-caller bound, 0).
+	MemoryReservedBytes  int64 `json:"memory_reserved_bytes"`
+	MaxMemoryPerUIDBytes int64 `json:"max_memory_per_uid_bytes"`
+	MaxMemoryTotalBytes  int64 `json:"max_memory_total_bytes"`
+	IdleTimeoutS         int64 `json:"idle_timeout_s"`
+	MaxIdleTimeoutS      int64 `json:"max_idle_timeout_s"`
+	TTLS                 int64 `json:"ttl_s"`
+	MaxTTLS              int64 `json:"max_ttl_s"` // for this caller
+	InterruptGraceMs     int64 `json:"interrupt_grace_ms"`
 }
 
 // NetworkInfo says whether runs may have egress, and on what terms.

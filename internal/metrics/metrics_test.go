@@ -27,7 +27,8 @@ func full(t *testing.T) *Metrics {
 				// 0.03 s and 0.7 s made, one failed.
 				Refill: Refills{Count: 2, Sum: 0.73, Buckets: map[float64]uint64{0.01: 0, 0.025: 0, 0.05: 1, 0.1: 1, 0.25: 1, 0.5: 1, 1: 2, 2.5: 2, 5: 2, 10: 2}, Failed: 1}}
 		},
-		Sessions: func() (int, int) { return 5, 1 },
+		Sessions:      func() (int, int) { return 5, 1 },
+		SessionMemory: func() (int64, int64) { return 640 << 20, 2 << 30 },
 		SessionTotals: func() (uint64, map[string]uint64) {
 			return 7, map[string]uint64{"deleted": 2, "idle_timeout": 1, "something new": 3}
 		},
@@ -85,6 +86,8 @@ func TestValues(t *testing.T) {
 		k("jaild_pool_plain_ready"):                                                            1,
 		k("jaild_sessions_live"):                                                               5,
 		k("jaild_sessions_running"):                                                            1,
+		k("jaild_sessions_memory_reserved_bytes"):                                              640 << 20,
+		k("jaild_sessions_memory_limit_bytes"):                                                 2 << 30,
 		k("jaild_store_bytes"):                                                                 1000,
 		k("jaild_store_files"):                                                                 7,
 		k("jaild_memory_budget_in_use_bytes"):                                                  10,

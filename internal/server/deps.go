@@ -16,6 +16,7 @@ import (
 // until it hands them to New.
 func DepsFor(cfg config.Config, engine Engine, log *slog.Logger) (Deps, error) {
 	a := cfg.Admission
+	memPerUID, memTotal := cfg.SessionMemory()
 	d := Deps{
 		Engine: engine,
 		Log:    log,
@@ -25,6 +26,7 @@ func DepsFor(cfg config.Config, engine Engine, log *slog.Logger) (Deps, error) {
 		}),
 		Sessions: sessions.New(sessions.Config{
 			MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
+			MaxMemoryPerUID: memPerUID, MaxMemoryTotal: memTotal,
 		}),
 	}
 	if f := cfg.Files; f.Enabled {

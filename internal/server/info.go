@@ -69,6 +69,11 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		IdleTimeoutS: int64(sc.IdleTimeout.Seconds()), MaxIdleTimeoutS: int64(sc.MaxIdleTimeout.Seconds()),
 		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: spec.InterruptGrace.Milliseconds(),
 	}
+	var perUID int64
+	info.Sessions.MemoryReservedBytes, perUID, info.Sessions.MaxMemoryTotalBytes = s.sessions.Memory()
+	if !who.Admin {
+		info.Sessions.MaxMemoryPerUIDBytes = perUID
+	}
 	info.Files = s.filesInfo(who.UID)
 	info.Memory = api.MemoryInfo{BudgetBytes: s.budget.max, InUseBytes: s.budget.inUse()}
 	p := s.pace()

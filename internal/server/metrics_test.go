@@ -121,6 +121,9 @@ func TestMetricsMix(t *testing.T) {
 	if g := scrape(t, h)[metricstest.Key("jaild_sessions_live")]; g != 1 {
 		t.Errorf("jaild_sessions_live %g with one session", g)
 	}
+	if g := scrape(t, h)[metricstest.Key("jaild_sessions_memory_reserved_bytes")]; g != float64(s.Limits.MemoryMB<<20) || g == 0 {
+		t.Errorf("jaild_sessions_memory_reserved_bytes %g with one session of %d MiB", g, s.Limits.MemoryMB)
+	}
 
 	// 400, before admission.
 	if status, _, _ := raw(t, h, "POST", "/v1/execute", "", `{"code":`); status != http.StatusBadRequest {

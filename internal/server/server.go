@@ -154,6 +154,7 @@ func (s *Server) metricSources() metrics.Sources {
 				Refill: metricRefills(p.Refill), PlainRefill: metricRefills(p.PlainRefill)}
 		},
 		Sessions:      s.sessions.Counts,
+		SessionMemory: func() (int64, int64) { r, _, l := s.sessions.Memory(); return r, l },
 		SessionTotals: s.sessions.Totals,
 		SessionEndReasons: []string{sessions.EndDeleted, sessions.EndIdle, sessions.EndExpired, sessions.EndShutdown,
 			spec.EndLosses, spec.EndJailEnded, spec.EndFreezeFailed, spec.EndRestartError},

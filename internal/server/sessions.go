@@ -69,11 +69,13 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// makeSession reserves the session's place in the table, admits the
+// makeSession reserves the session's place in the table and its memory
+// (before its jail is made; the table gives it back when the session
+// ends, however it ends), admits the
 // creation (a jail holds a run slot and counts against the caller's rate
 // and quota, as a run does), makes it and adds it to the table.
 func (s *Server) makeSession(w http.ResponseWriter, r *http.Request, who peer.Caller, plan *policy.Session) (sessions.Info, error) {
-	res, err := s.sessions.Reserve(who.UID)
+	res, err := s.sessions.Reserve(sessions.Caller{UID: who.UID, Admin: who.Admin}, plan.Limits.MemoryBytes)
 	if err != nil {
 		return sessions.Info{}, err
 	}

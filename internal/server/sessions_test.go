@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/metrics/metricstest"
 	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
@@ -208,4 +210,101 @@ func TestSessionBodiesAfterLookup(t *testing.T) {
 			t.Errorf("POST %s (%d bytes): %d %+v, want %d %s naming %q", c.path, len(c.body), status, e, c.status, c.typ, c.says)
 		}
 	}
+}
+
+// TestSessionMemoryBounds: a creation reserves its memory_mb before its
+// jail is made; one past the caller's bound is 429, past the total 503,
+// both naming the bound; /v1/info and the metrics show what is reserved,
+// and it is zero again once every session ended (a failed creation holds
+// nothing).
+func TestSessionMemoryBounds(t *testing.T) {
+	h := harness(t, func(c *config.Config) {
+		c.Sessions.MaxMemoryPerUIDMB, c.Sessions.MaxMemoryTotalMB = 1024, 1536
+	})
+	ctx := context.Background()
+	other := httptest.NewServer(server.WithCaller(h.Server.Handler(), peer.Caller{UID: 1001, PID: 2}))
+	defer other.Close()
+	create := func(base string) (int, api.ErrorDetail, string) {
+		t.Helper()
+		resp, err := http.Post(base+"/v1/sessions", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated {
+			var s api.Session
+			_ = json.NewDecoder(resp.Body).Decode(&s)
+			return resp.StatusCode, api.ErrorDetail{}, s.SessionID
+		}
+		var e api.ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error, ""
+	}
+	reserved := func(want int64) {
+		t.Helper()
+		info, err := h.Client.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := info.Sessions
+		if s.MemoryReservedBytes != want<<20 || s.MaxMemoryPerUIDBytes != 1024<<20 || s.MaxMemoryTotalBytes != 1536<<20 {
+			t.Fatalf("info: reserved %d MiB (want %d), per uid %d, total %d", s.MemoryReservedBytes>>20, want, s.MaxMemoryPerUIDBytes>>20, s.MaxMemoryTotalBytes>>20)
+		}
+		if g := scrape(t, h)[metricstest.Key("jaild_sessions_memory_reserved_bytes")]; g != float64(want<<20) {
+			t.Fatalf("jaild_sessions_memory_reserved_bytes %g, want %d MiB", g, want)
+		}
+	}
+	reserved(0)
+	var mine []string
+	for range 2 {
+		s, err := h.Client.CreateSession(ctx, nil) // 512 MiB each, the default
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, s.SessionID)
+	}
+	reserved(1024)
+	_, err := h.Client.CreateSession(ctx, nil)
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(err.Error(), "sessions.max_memory_per_uid_mb, 1024 MiB") {
+		t.Fatalf("past the caller's bound: %v", err)
+	}
+	var theirs []string
+	code, _, id := create(other.URL)
+	if code != http.StatusCreated {
+		t.Fatalf("uid 1001's first: %d", code)
+	}
+	theirs = append(theirs, id)
+	if code, e, _ := create(other.URL); code != http.StatusServiceUnavailable || e.Type != "unavailable" || !strings.Contains(e.Message, "sessions.max_memory_total_mb, 1536 MiB") {
+		t.Fatalf("past the total: %d %+v", code, e)
+	}
+	reserved(1536)
+	// A creation whose jail fails gives its memory back.
+	if _, err := h.Client.DeleteSession(ctx, mine[1]); err != nil {
+		t.Fatal(err)
+	}
+	reserved(1024)
+	h.Engine.FailSessions(errors.New("no jail"))
+	if _, err := h.Client.CreateSession(ctx, nil); err == nil {
+		t.Fatal("a failed jail made a session")
+	}
+	h.Engine.FailSessions(nil)
+	reserved(1024)
+	// A session that ends by itself gives it back too.
+	h.Engine.Sessions()[0].End(spec.EndLosses)
+	reserved(512)
+	code, _, id = create(other.URL)
+	if code != http.StatusCreated {
+		t.Fatalf("uid 1001 after room was made: %d", code)
+	}
+	theirs = append(theirs, id)
+	reserved(1024)
+	for _, id := range theirs {
+		req, _ := http.NewRequest(http.MethodDelete, other.URL+"/v1/sessions/"+id, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("delete uid 1001's %s: %v", id, err)
+		}
+		resp.Body.Close()
+	}
+	reserved(0)
 }

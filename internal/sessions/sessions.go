@@ -1,5 +1,6 @@
 // Package sessions keeps the daemon's table of stateful sessions: who owns
-// each, the per-caller and total caps, one call at a time, and the reaper
+// each, the per-caller and total caps (of sessions, and of the memory
+// their jails may hold), one call at a time, and the reaper
 // that ends idle and expired sessions on a timer of its own (it never
 // waits on a client). Ended sessions stay visible to their owner for a
 // while with the reason they ended, then vanish. The sessions themselves
@@ -51,6 +52,11 @@ const (
 type Config struct {
 	MaxPerUID int
 	MaxTotal  int
+	// MaxMemoryPerUID and MaxMemoryTotal bound the memory limits of the
+	// sessions live and being made: one caller's (admins are not bound by
+	// it) and everyone's; 0: no bound.
+	MaxMemoryPerUID int64
+	MaxMemoryTotal  int64
 	// KeepEnded is how long an ended session stays listed.
 	KeepEnded time.Duration
 	// Tick is the reaper's period; 0 means one second.
@@ -76,6 +82,8 @@ type Info struct {
 	State       string
 	EndReason   string
 	Calls       int
+	// Memory is the session's memory limit, reserved while it lives.
+	Memory int64
 	// Meta is the caller's business (limits, network, ...), kept as given.
 	Meta any
 }
@@ -94,7 +102,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	byID     map[string]*entry
-	reserved map[uint32]int // creations in progress, by owner
+	reserved map[uint32]pending // creations in progress, by owner
 	closed   bool
 	created  uint64            // sessions added since the start
 	ended    map[string]uint64 // sessions ended since the start, by reason
@@ -117,7 +125,7 @@ func New(cfg Config) *Manager {
 		// The daemon's start time leads every id: an id of an earlier
 		// daemon is told apart from one that never existed.
 		instance: strconv.FormatInt(now.UnixMilli(), 36),
-		byID:     map[string]*entry{}, reserved: map[uint32]int{}, stop: make(chan struct{}),
+		byID:     map[string]*entry{}, reserved: map[uint32]pending{}, stop: make(chan struct{}),
 	}
 	m.wg.Go(m.reap)
 	return m
@@ -129,56 +137,118 @@ func newID(instance string) string {
 	return "s-" + instance + "-" + hex.EncodeToString(b[:])
 }
 
-// Reservation is a place held for a session being created.
+// pending are an owner's creations in progress and the memory they
+// reserved.
+type pending struct {
+	n   int
+	mem int64
+}
+
+// Reservation is a place held for a session being created, with its
+// memory.
 type Reservation struct {
 	m     *Manager
 	owner uint32
+	mem   int64
 	once  sync.Once
 }
 
 // Release gives the place back (the creation failed); after Add it does
 // nothing.
-func (r *Reservation) Release() { r.once.Do(func() { r.m.unreserve(r.owner) }) }
+func (r *Reservation) Release() { r.once.Do(func() { r.m.unreserve(r.owner, r.mem) }) }
 
-// Reserve holds a place for a session owner is about to create, checking
-// the caps: the caller's (errdefs.ErrRateLimited: 429) and the daemon's
-// (errdefs.ErrUnavailable: 503). Release it when the creation failed, or
-// pass it to Add.
-func (m *Manager) Reserve(owner uint32) (*Reservation, error) {
+// Reserve holds a place for a session who is about to create with a
+// memory limit of memory bytes, before its jail is made, checking the
+// caps: the caller's count and memory (errdefs.ErrRateLimited: 429; an
+// admin's memory is not bound per caller) and the daemon's
+// (errdefs.ErrUnavailable: 503); a session that alone exceeds a memory
+// bound is an invalid limits.memory_mb (400). Release it when the
+// creation failed, or pass it to Add: the memory stays reserved until the
+// session ends, however it ends.
+func (m *Manager) Reserve(who Caller, memory int64) (*Reservation, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
 	}
-	mine, total := m.reserved[owner], 0
-	for _, n := range m.reserved {
-		total += n
+	owner := who.UID
+	mine, total := m.usage(owner)
+	perUID, most := m.cfg.MaxMemoryPerUID, m.cfg.MaxMemoryTotal
+	if who.Admin {
+		perUID = 0
+	}
+	switch {
+	case perUID > 0 && memory > perUID:
+		return nil, errdefs.Field("limits.memory_mb", "a session of %d MiB is more than one caller's sessions may hold together (sessions.max_memory_per_uid_mb, %d MiB)", mib(memory), mib(perUID))
+	case most > 0 && memory > most:
+		return nil, errdefs.Field("limits.memory_mb", "a session of %d MiB is more than the daemon's sessions may hold together (sessions.max_memory_total_mb, %d MiB)", mib(memory), mib(most))
+	case mine.n >= m.cfg.MaxPerUID:
+		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d has %d live sessions, the most one caller may have (sessions.max_per_uid); end one with DELETE /v1/sessions/{id}", owner, mine.n)
+	case total.n >= m.cfg.MaxTotal:
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon has %d live sessions, its most (sessions.max_total); try again later", total.n)
+	case perUID > 0 && mine.mem+memory > perUID:
+		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d's live sessions hold %d MiB of memory; another of %d MiB would pass the most one caller's may hold (sessions.max_memory_per_uid_mb, %d MiB); end one with DELETE /v1/sessions/{id} or ask for less limits.memory_mb", owner, mib(mine.mem), mib(memory), mib(perUID))
+	case most > 0 && total.mem+memory > most:
+		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon's live sessions hold %d MiB of memory; another of %d MiB would pass their most (sessions.max_memory_total_mb, %d MiB); try again later or ask for less limits.memory_mb", mib(total.mem), mib(memory), mib(most))
+	}
+	p := m.reserved[owner]
+	p.n++
+	p.mem += memory
+	m.reserved[owner] = p
+	return &Reservation{m: m, owner: owner, mem: memory}, nil
+}
+
+// usage counts, under m.mu, owner's sessions (live and being made) and
+// everyone's, with the memory they hold. It is counted from the table
+// each time, so an ended session can hold nothing.
+func (m *Manager) usage(owner uint32) (mine, total pending) {
+	mine = m.reserved[owner]
+	for _, p := range m.reserved {
+		total.n += p.n
+		total.mem += p.mem
 	}
 	for _, e := range m.byID {
+		m.refresh(e)
 		if e.State == StateEnded {
 			continue
 		}
-		total++
+		total.n++
+		total.mem += e.Memory
 		if e.Owner == owner {
-			mine++
+			mine.n++
+			mine.mem += e.Memory
 		}
 	}
-	if mine >= m.cfg.MaxPerUID {
-		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d has %d live sessions, the most one caller may have (sessions.max_per_uid); end one with DELETE /v1/sessions/{id}", owner, mine)
-	}
-	if total >= m.cfg.MaxTotal {
-		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon has %d live sessions, its most (sessions.max_total); try again later", total)
-	}
-	m.reserved[owner]++
-	return &Reservation{m: m, owner: owner}, nil
+	return mine, total
 }
 
-func (m *Manager) unreserve(owner uint32) {
+// Memory returns the memory limits of the sessions live and being made,
+// all callers', and the bounds on them (0: none).
+func (m *Manager) Memory() (reserved, perUID, total int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.reserved[owner]--; m.reserved[owner] <= 0 {
+	_, all := m.usage(0)
+	return all.mem, m.cfg.MaxMemoryPerUID, m.cfg.MaxMemoryTotal
+}
+
+func mib(n int64) int64 { return (n + 1<<20 - 1) >> 20 }
+
+// unreserveLocked, under m.mu, drops a creation in progress.
+func (m *Manager) unreserveLocked(owner uint32, mem int64) {
+	p := m.reserved[owner]
+	p.n--
+	p.mem -= mem
+	if p.n <= 0 {
 		delete(m.reserved, owner)
+		return
 	}
+	m.reserved[owner] = p
+}
+
+func (m *Manager) unreserve(owner uint32, mem int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unreserveLocked(owner, mem)
 }
 
 // Add records a session created under a reservation (which it takes
@@ -187,15 +257,13 @@ func (m *Manager) Add(r *Reservation, h Handle, idle, ttl time.Duration, meta an
 	now := m.cfg.Now()
 	e := &entry{h: h, Info: Info{
 		ID: newID(m.instance), Owner: r.owner, Created: now, Expires: now.Add(ttl), LastUsed: now,
-		IdleTimeout: idle, State: StateIdle, Meta: meta,
+		IdleTimeout: idle, State: StateIdle, Memory: r.mem, Meta: meta,
 	}}
 	added := false
 	r.once.Do(func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.reserved[r.owner]--; m.reserved[r.owner] <= 0 {
-			delete(m.reserved, r.owner)
-		}
+		m.unreserveLocked(r.owner, r.mem)
 		if !m.closed {
 			m.byID[e.ID] = e
 			m.created++

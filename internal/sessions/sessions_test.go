@@ -53,7 +53,7 @@ func newManager(t *testing.T) (*Manager, *clock) {
 
 func add(t *testing.T, m *Manager, owner uint32, idle, ttl time.Duration) (Info, *fakeHandle) {
 	t.Helper()
-	r, err := m.Reserve(owner)
+	r, err := m.Reserve(Caller{UID: owner}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,20 +68,20 @@ func add(t *testing.T, m *Manager, owner uint32, idle, ttl time.Duration) (Info,
 func TestCaps(t *testing.T) {
 	m, _ := newManager(t)
 	add(t, m, 1, time.Hour, time.Hour)
-	r, err := m.Reserve(1)
+	r, err := m.Reserve(Caller{UID: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Reserve(1); !errors.Is(err, errdefs.ErrRateLimited) {
+	if _, err := m.Reserve(Caller{UID: 1}, 0); !errors.Is(err, errdefs.ErrRateLimited) {
 		t.Fatalf("third of uid 1 (one in creation): %v", err)
 	}
 	r.Release()
 	r.Release() // twice is once
-	r, _ = m.Reserve(1)
-	if _, err := m.Reserve(2); err != nil {
+	r, _ = m.Reserve(Caller{UID: 1}, 0)
+	if _, err := m.Reserve(Caller{UID: 2}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Reserve(3); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := m.Reserve(Caller{UID: 3}, 0); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("beyond the total: %v", err)
 	}
 	r.Release()
@@ -90,7 +90,7 @@ func TestCaps(t *testing.T) {
 	if _, err := m.Delete(info.ID, Caller{UID: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Reserve(5); err != nil {
+	if _, err := m.Reserve(Caller{UID: 5}, 0); err != nil {
 		t.Fatalf("after a delete: %v", err)
 	}
 }
@@ -208,7 +208,181 @@ func TestCloseEndsAll(t *testing.T) {
 	if !h.closed() {
 		t.Error("Close left a session")
 	}
-	if _, err := m.Reserve(1); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := m.Reserve(Caller{UID: 1}, 0); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("reserve after close: %v", err)
 	}
+}
+
+// TestMemoryReservation: the memory of the sessions live and being made
+// is bounded per caller (429) and in total (503), reserved before the
+// jail is made, and back to zero once every session ended, however it
+// ended: a failed creation, DELETE, the idle timeout, the lifetime, the
+// engine, a creation after shutdown began, and the shutdown.
+func TestMemoryReservation(t *testing.T) {
+	const mb = 1 << 20
+	c := &clock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	m := New(Config{MaxPerUID: 8, MaxTotal: 16, MaxMemoryPerUID: 256 * mb, MaxMemoryTotal: 384 * mb, KeepEnded: time.Minute, Tick: time.Hour, Now: c.now})
+	defer m.Close()
+	reserved := func(want int64) {
+		t.Helper()
+		if got, _, limit := m.Memory(); got != want || limit != 384*mb {
+			t.Fatalf("reserved %d MiB of %d, want %d MiB of 384", got/mb, limit/mb, want/mb)
+		}
+	}
+	one, two, admin := Caller{UID: 1}, Caller{UID: 2}, Caller{UID: 0, Admin: true}
+
+	// Creations in progress count: the third of uid 1 while two are being
+	// made is refused, naming the bound.
+	r1, err := m.Reserve(one, 128*mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m.Reserve(one, 128*mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved(256 * mb)
+	_, err = m.Reserve(one, 64*mb)
+	if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(err.Error(), "sessions.max_memory_per_uid_mb, 256 MiB") {
+		t.Fatalf("past uid 1's bound: %v", err)
+	}
+	// Another uid meets the total.
+	r3, err := m.Reserve(two, 128*mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Reserve(two, 64*mb)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "sessions.max_memory_total_mb, 384 MiB") {
+		t.Fatalf("past the total: %v", err)
+	}
+	// An admin is not bound per caller, but is by the total.
+	if _, err := m.Reserve(admin, 64*mb); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("admin past the total: %v", err)
+	}
+	// A session that could never fit is a bad limits.memory_mb.
+	var fe *errdefs.FieldError
+	if _, err := m.Reserve(two, 512*mb); !errors.As(err, &fe) || fe.Field != "limits.memory_mb" || !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("a session above the per-uid bound: %v", err)
+	}
+	if _, err := m.Reserve(admin, 512*mb); !errors.As(err, &fe) || !strings.Contains(err.Error(), "max_memory_total_mb") {
+		t.Fatalf("an admin's session above the total: %v", err)
+	}
+
+	// A failed creation gives its memory back (twice is once).
+	r3.Release()
+	r3.Release()
+	reserved(256 * mb)
+	// Added sessions keep what their reservation held.
+	h1, h2 := newFake(), newFake()
+	i1, err := m.Add(r1, h1, 10*time.Second, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Add(r2, h2, time.Hour, 30*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2.Release() // after Add: nothing
+	reserved(256 * mb)
+	if i1.Memory != 128*mb {
+		t.Errorf("session memory %d", i1.Memory)
+	}
+	// Idle timeout, then the lifetime.
+	c.add(11 * time.Second)
+	m.ReapNow()
+	reserved(128 * mb)
+	c.add(20 * time.Second)
+	m.ReapNow()
+	if !h1.closed() || !h2.closed() {
+		t.Fatal("reaper left a session")
+	}
+	reserved(0)
+
+	// DELETE, and an end of the engine's own (seen without a reaper tick).
+	_, hd := addMem(t, m, one, 128*mb)
+	id, he := addMem(t, m, two, 128*mb)
+	reserved(256 * mb)
+	if _, err := m.Delete(id.ID, two); err != nil {
+		t.Fatal(err)
+	}
+	he.end("jail_ended") // after the DELETE: nothing more
+	hd.end("repeated_losses")
+	reserved(0)
+	// A freed place is usable again at once.
+	addMem(t, m, one, 256*mb)
+	reserved(256 * mb)
+
+	// Shutdown: a creation under way when it began is closed by Add and
+	// holds nothing.
+	r, err := m.Reserve(two, 64*mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	late := newFake()
+	if _, err := m.Add(r, late, time.Hour, time.Hour, nil); !errors.Is(err, errdefs.ErrUnavailable) || !late.closed() {
+		t.Fatalf("add after close: %v", err)
+	}
+	reserved(0)
+}
+
+// TestMemoryReservationConcurrent: creations at once never pass the
+// bounds together, and every one given back leaves zero.
+func TestMemoryReservationConcurrent(t *testing.T) {
+	const mb = 1 << 20
+	m := New(Config{MaxPerUID: 64, MaxTotal: 64, MaxMemoryPerUID: 256 * mb, MaxMemoryTotal: 512 * mb, KeepEnded: time.Minute, Tick: time.Hour})
+	defer m.Close()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := map[uint32]int{}
+	var held []*Reservation
+	for i := range 64 {
+		wg.Go(func() {
+			uid := uint32(i % 4)
+			r, err := m.Reserve(Caller{UID: uid}, 64*mb)
+			if err != nil {
+				if !errors.Is(err, errdefs.ErrRateLimited) && !errors.Is(err, errdefs.ErrUnavailable) {
+					t.Errorf("refusal of another class: %v", err)
+				}
+				return
+			}
+			mu.Lock()
+			granted[uid]++
+			held = append(held, r)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	total := 0
+	for uid, n := range granted {
+		if n > 4 {
+			t.Errorf("uid %d got %d × 64 MiB past its 256", uid, n)
+		}
+		total += n
+	}
+	if total != 8 {
+		t.Errorf("%d × 64 MiB granted, want the 512 MiB total exactly", total)
+	}
+	if got, _, _ := m.Memory(); got != 512*mb {
+		t.Errorf("reserved %d MiB", got/mb)
+	}
+	for _, r := range held {
+		r.Release()
+	}
+	if got, _, _ := m.Memory(); got != 0 {
+		t.Errorf("reserved %d MiB after every release", got/mb)
+	}
+}
+
+func addMem(t *testing.T, m *Manager, who Caller, memory int64) (Info, *fakeHandle) {
+	t.Helper()
+	r, err := m.Reserve(who, memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newFake()
+	info, err := m.Add(r, h, time.Hour, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, h
 }

@@ -45,6 +45,8 @@ type Engine struct {
 	mu       sync.Mutex
 	requests []*run.Request
 	sessions []*Session
+	// sessionErr fails the sessions made (FailSessions).
+	sessionErr error
 }
 
 // Run records req and answers with RunFunc.

@@ -32,11 +32,23 @@ func (e *Engine) NewSession(spec run.SessionSpec) (server.Session, error) {
 	}
 	s := &Session{Spec: spec, done: make(chan struct{}), interrupted: make(chan struct{}, 16)}
 	e.mu.Lock()
+	if err := e.sessionErr; err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
 	e.sessions = append(e.sessions, s)
 	f := e.SessionExec
 	e.mu.Unlock()
 	s.ExecFunc = f
 	return s, nil
+}
+
+// FailSessions makes every session made after fail with err (as a jail
+// that cannot start); nil: succeed again.
+func (e *Engine) FailSessions(err error) {
+	e.mu.Lock()
+	e.sessionErr = err
+	e.mu.Unlock()
 }
 
 // Sessions returns the sessions made so far.
