@@ -8,17 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jaild/jaild/internal/api"
 )
@@ -78,92 +73,6 @@ func (h *hostile) mcpAttackBounds(t *testing.T, b mcpAttackBaseline) string {
 		t.Errorf("another caller's print(1) took %v during the attack, baseline %v: want at most %v", lat, b.print1, limit)
 	}
 	return "daemon RSS, in_use_bytes and another caller's print(1) within the bounds of the baseline"
-}
-
-// mcpHTTPServer is a `jailctl mcp --http` started by root for the
-// hostile daemon.
-type mcpHTTPServer struct {
-	cmd   *exec.Cmd
-	url   string
-	token string // "" if it printed none
-}
-
-// startMCPHTTPFor starts `jailctl mcp --http` on a loopback port for the
-// socket, with args after mcp, and reads its URL from stderr and the
-// token it printed on stdout.
-func startMCPHTTPFor(t *testing.T, socket string, args ...string) *mcpHTTPServer {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), append([]string{"--socket", socket, "mcp", "--http", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &mcpHTTPServer{cmd: cmd}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	urls, tokens := make(chan string, 1), make(chan string, 1)
-	var log bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		re := regexp.MustCompile(`serving MCP at (http://\S+)`)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				urls <- m[1]
-			}
-		}
-	}()
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			tokens <- strings.TrimSpace(sc.Text())
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case s.url = <-urls:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("jailctl mcp --http did not say where it serves: %s", log.String())
-	}
-	// The token, if any, is printed before the URL.
-	select {
-	case s.token = <-tokens:
-	case <-time.After(time.Second):
-	}
-	return s
-}
-
-// stop interrupts the server and waits for it to end its sessions.
-func (s *mcpHTTPServer) stop(t *testing.T) {
-	t.Helper()
-	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Wait(); err != nil {
-		t.Errorf("jailctl mcp --http after SIGINT: %v, want exit 0", err)
-	}
-}
-
-// client connects the Go SDK's client with the token.
-func (s *mcpHTTPServer) client(ctx context.Context, t *testing.T) *mcpClient {
-	t.Helper()
-	hc := &http.Client{Transport: bearerTransport{token: s.token}}
-	return mstConnect(ctx, t, &sdk.StreamableClientTransport{Endpoint: s.url, HTTPClient: hc}, nil)
-}
-
-// bearerTransport sends a token as a bearer credential.
-type bearerTransport struct{ token string }
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 // curlMCPAs sends one request to the MCP server as uid 65534 (curl over

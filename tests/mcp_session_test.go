@@ -235,10 +235,11 @@ func TestMCPHTTPSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	d := startDaemon(t, daemontest.Options{})
-	cmd, url := startMCPHTTP(t, d)
+	s := startMCPHTTP(t, d)
+	cmd := s.cmd
 
-	a := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
-	b := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
+	a := connectMCP(ctx, t, s.transport())
+	b := connectMCP(ctx, t, s.transport())
 	sa := a.openSession(ctx, nil)
 	b.openSession(ctx, nil)
 	if res, out := a.runIn(ctx, sa.SessionID, "x = 1\nx + 1", nil); res.IsError || out.Stdout != "2\n" {
