@@ -193,7 +193,8 @@ func TestMCPSessions(t *testing.T) {
 			args   map[string]any
 			inText string
 		}{
-			{"run_python", map[string]any{"code": "1", "session_id": "s-nope"}, "There is no session s-nope"},
+			{"run_python", map[string]any{"code": "1", "session_id": "s-nope"}, "there is no session s-nope in this MCP connection"},
+			{"close_session", map[string]any{"session_id": "s-nope"}, "there is no session s-nope in this MCP connection"},
 			{"open_session", map[string]any{"memory_mb": 1 << 30}, "memory_mb"},
 			{"close_session", map[string]any{}, "session_id"},
 		} {
