@@ -193,7 +193,8 @@ func TestMCPSessions(t *testing.T) {
 			args   map[string]any
 			inText string
 		}{
-			{"run_python", map[string]any{"code": "1", "session_id": "s-nope"}, "There is no session s-nope"},
+			{"run_python", map[string]any{"code": "1", "session_id": "s-nope"}, "there is no session s-nope in this MCP connection"},
+			{"close_session", map[string]any{"session_id": "s-nope"}, "there is no session s-nope in this MCP connection"},
 			{"open_session", map[string]any{"memory_mb": 1 << 30}, "memory_mb"},
 			{"close_session", map[string]any{}, "session_id"},
 		} {
@@ -235,10 +236,11 @@ func TestMCPHTTPSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	d := startDaemon(t, daemontest.Options{})
-	cmd, url := startMCPHTTP(t, d)
+	s := startMCPHTTP(t, d)
+	cmd := s.cmd
 
-	a := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
-	b := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
+	a := connectMCP(ctx, t, s.transport())
+	b := connectMCP(ctx, t, s.transport())
 	sa := a.openSession(ctx, nil)
 	b.openSession(ctx, nil)
 	if res, out := a.runIn(ctx, sa.SessionID, "x = 1\nx + 1", nil); res.IsError || out.Stdout != "2\n" {

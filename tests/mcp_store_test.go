@@ -331,9 +331,9 @@ func TestMCPStoreProgress(t *testing.T) {
 
 	// Over Streamable HTTP, notifications go on the call's own stream;
 	// the handler's times show they came while the run slept.
-	_, url := startMCPHTTP(t, d)
+	mcpHTTP := startMCPHTTP(t, d)
 	var httpNotes mstProgress
-	h := mstConnect(ctx, t, &sdk.StreamableClientTransport{Endpoint: url}, &sdk.ClientOptions{ProgressNotificationHandler: httpNotes.handle})
+	h := mstConnect(ctx, t, mcpHTTP.transport(), &sdk.ClientOptions{ProgressNotificationHandler: httpNotes.handle})
 	res, done := mstCall(ctx, t, h, "http-1", args)
 	time.Sleep(settle)
 	mstCheckTwoLines(t, "HTTP with a token", res)
@@ -580,8 +580,7 @@ func TestMCPStoreResources(t *testing.T) {
 	list(m, "stdio after the run", mine, mineBin, meta)
 
 	// The same over Streamable HTTP.
-	_, url := startMCPHTTP(t, d)
-	h := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
+	h := connectMCP(ctx, t, startMCPHTTP(t, d).transport())
 	list(h, "HTTP", mine, mineBin, meta)
 	readOK(h, "HTTP", uri(mine.FileID), string(textData), nil)
 	res, err = read(h, uri(theirs.FileID))

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -298,39 +299,103 @@ plt.plot([1, 3, 2])
 // after closing its stdin, before it sends SIGTERM.
 const stdioGrace = 20 * time.Second
 
-// startMCPHTTP starts `jailctl mcp --http` on a loopback port for d and
-// returns it and its URL.
-func startMCPHTTP(t *testing.T, d *daemon) (*exec.Cmd, string) {
+// startMCPHTTP starts `jailctl mcp --http` on a loopback port for d.
+func startMCPHTTP(t *testing.T, d *daemon) *mcpHTTPServer {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "jailctl"), "--socket", d.Socket, "mcp", "--http", "127.0.0.1:0")
+	return startMCPHTTPFor(t, d.Socket)
+}
+
+// mcpHTTPServer is a `jailctl mcp --http` the tests started.
+type mcpHTTPServer struct {
+	cmd   *exec.Cmd
+	url   string
+	token string // "" if it printed none
+}
+
+// startMCPHTTPFor starts `jailctl mcp --http` on a loopback port for the
+// socket, with args after mcp, and reads its URL from stderr and the
+// token it printed on stdout.
+func startMCPHTTPFor(t *testing.T, socket string, args ...string) *mcpHTTPServer {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "jailctl"), append([]string{"--socket", socket, "mcp", "--http", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	s := &mcpHTTPServer{cmd: cmd}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	urls := make(chan string, 1)
+	urls, tokens := make(chan string, 1), make(chan string, 1)
+	var log bytes.Buffer
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`serving MCP at (http://\S+)`)
 		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				urls <- m[1]
 			}
 		}
 	}()
-	var url string
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			tokens <- strings.TrimSpace(sc.Text())
+		}
+		io.Copy(io.Discard, stdout)
+	}()
 	select {
-	case url = <-urls:
+	case s.url = <-urls:
 	case <-time.After(30 * time.Second):
-		t.Fatal("jailctl mcp --http did not say where it serves")
+		t.Fatalf("jailctl mcp --http did not say where it serves: %s", log.String())
 	}
-	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") {
-		t.Fatalf("serving at %s, want http://127.0.0.1:PORT/mcp", url)
+	if !strings.HasPrefix(s.url, "http://127.0.0.1:") || !strings.HasSuffix(s.url, "/mcp") {
+		t.Fatalf("serving at %s, want http://127.0.0.1:PORT/mcp", s.url)
 	}
-	return cmd, url
+	// The token, if any, is printed before the URL.
+	select {
+	case s.token = <-tokens:
+	case <-time.After(time.Second):
+	}
+	return s
+}
+
+// stop interrupts the server and waits for it to end its sessions.
+func (s *mcpHTTPServer) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("jailctl mcp --http after SIGINT: %v, want exit 0", err)
+	}
+}
+
+// transport is the Go SDK client's transport to the server, with the
+// token.
+func (s *mcpHTTPServer) transport() *sdk.StreamableClientTransport {
+	return &sdk.StreamableClientTransport{Endpoint: s.url, HTTPClient: &http.Client{Transport: bearerTransport{token: s.token}}}
+}
+
+// client connects the Go SDK's client with the token.
+func (s *mcpHTTPServer) client(ctx context.Context, t *testing.T) *mcpClient {
+	t.Helper()
+	return mstConnect(ctx, t, s.transport(), nil)
+}
+
+// bearerTransport sends a token as a bearer credential.
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // TestMCPHTTP serves `jailctl mcp --http` on a loopback port: a client
@@ -340,9 +405,10 @@ func TestMCPHTTP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	jailctl := filepath.Join(binDir, "jailctl")
-	cmd, url := startMCPHTTP(t, shared)
+	s := startMCPHTTP(t, shared)
+	cmd, url := s.cmd, s.url
 
-	m := connectMCP(ctx, t, &sdk.StreamableClientTransport{Endpoint: url})
+	m := connectMCP(ctx, t, s.transport())
 	var out runOutput
 	if res := m.call(ctx, "run_python", map[string]any{"code": "print(6 * 7)"}, &out); res.IsError || out.Stdout != "42\n" {
 		t.Errorf("run_python over HTTP: isError %v, %+v", res.IsError, out)
@@ -359,6 +425,7 @@ func TestMCPHTTP(t *testing.T) {
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
+		req.Header.Set("Authorization", "Bearer "+s.token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("POST %s: %v", url, err)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -63,6 +65,7 @@ func TestMCPUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"mcp", "--allow-remote"}, "--allow-remote needs --http"},
+		{[]string{"mcp", "--token-file", "/nonexistent"}, "--token-file needs --http"},
 		// The address is refused before the (absent) daemon is asked.
 		{[]string{"mcp", "--http", "0.0.0.0:0"}, "not a loopback address; pass --allow-remote"},
 		{[]string{"mcp", "--http", "8080"}, "want HOST:PORT"},
@@ -76,5 +79,23 @@ func TestMCPUsageErrors(t *testing.T) {
 	r := jailctl(t, "/nonexistent/jaild.sock", "", "mcp")
 	if r.code != exitError || !strings.Contains(r.stderr, "cannot connect to jaild at /nonexistent/jaild.sock") {
 		t.Errorf("no daemon: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// A token that is too short is refused before anything is served, and
+// the refusal names where it came from and the bound.
+func TestMCPTokenRefused(t *testing.T) {
+	short := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(short, []byte("0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := jailctl(t, "/nonexistent/jaild.sock", "", "mcp", "--http", "127.0.0.1:0", "--token-file", short)
+	if r.code != exitError || !strings.Contains(r.stderr, "token file "+short) || !strings.Contains(r.stderr, "want 32 to 4096 characters") {
+		t.Errorf("short --token-file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	t.Setenv(MCPTokenEnv, "0123456789")
+	r = jailctl(t, "/nonexistent/jaild.sock", "", "mcp", "--http", "127.0.0.1:0")
+	if r.code != exitError || !strings.Contains(r.stderr, "$"+MCPTokenEnv) || !strings.Contains(r.stderr, "want 32") {
+		t.Errorf("short $%s: exit %d, stderr %q", MCPTokenEnv, r.code, r.stderr)
 	}
 }

@@ -1,7 +1,9 @@
 // Package loopback keeps jailctl's local HTTP servers (mcp --http, web)
-// to the machine they run on: a listener that binds a loopback address
-// unless remote clients are allowed, and the Host check that refuses a
-// page of another site reaching one through DNS rebinding.
+// to the machine they run on and to whoever holds their token: a listener
+// that binds a loopback address unless remote clients are allowed, the
+// Host check that refuses a page of another site reaching one through DNS
+// rebinding, and the token every request must carry (a loopback port is
+// open to every local account, not only to the one that started jailctl).
 package loopback
 
 import (

@@ -46,18 +46,25 @@ func (s *Server) defaultImage() string {
 }
 
 // imageArgument fits the image argument of a tool's schema to the daemon:
-// an enum of names (with the default named in its description) when
-// there is a choice, else no argument at all.
+// the names served at start-up (with the default named in the
+// description) when there is a choice, else no argument at all. The names
+// are examples, not an enum: the SDK refuses arguments that fail the
+// schema before the daemon is asked, and the daemon's images change at a
+// reload, so an enum frozen at start-up would refuse an image added since
+// (with the SDK's message, not the daemon's) and offer one removed. The
+// daemon checks the name against what it serves now, and its refusal
+// names those.
 func (s *Server) imageArgument(schema *jsonschema.Schema, names []string, what string) {
 	if len(names) < 2 {
 		delete(schema.Properties, "image")
 		return
 	}
 	p := schema.Properties["image"]
-	p.Enum = nil
+	p.Enum, p.Examples = nil, nil
 	for _, n := range names {
-		p.Enum = append(p.Enum, n)
+		p.Examples = append(p.Examples, n)
 	}
+	p.MinLength = jsonschema.Ptr(1)
 	def := s.defaultImage()
 	if !slices.Contains(names, def) {
 		def = names[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,7 @@ func imagesInfoReply(t *testing.T) reply {
 func imageProperty(t *testing.T, tool *sdk.Tool) *struct {
 	Type        any    `json:"type"`
 	Enum        []any  `json:"enum"`
+	Examples    []any  `json:"examples"`
 	Description string `json:"description"`
 } {
 	t.Helper()
@@ -52,6 +54,7 @@ func imageProperty(t *testing.T, tool *sdk.Tool) *struct {
 		Properties map[string]*struct {
 			Type        any    `json:"type"`
 			Enum        []any  `json:"enum"`
+			Examples    []any  `json:"examples"`
 			Description string `json:"description"`
 		} `json:"properties"`
 	}
@@ -89,8 +92,9 @@ func TestImagesDescribed(t *testing.T) {
 		LintTool: {"python", "python-ml"}, FormatTool: {"python", "python-ml"},
 	} {
 		p := imageProperty(t, toolByName(t, cs, tool))
-		if p == nil || p.Type != "string" || !slices.Equal(p.Enum, want) || !strings.Contains(p.Description, "(default: python)") {
-			t.Errorf("%s's image argument: %+v; want a string among %v, python the default", tool, p, want)
+		// Examples, not an enum: the daemon's images change at a reload.
+		if p == nil || p.Type != "string" || p.Enum != nil || !slices.Equal(p.Examples, want) || !strings.Contains(p.Description, "(default: python)") {
+			t.Errorf("%s's image argument: %+v; want a string with the examples %v and no enum, python the default", tool, p, want)
 		}
 	}
 	open := toolByName(t, cs, OpenSessionTool)
@@ -185,13 +189,36 @@ func TestImageReachesTheDaemon(t *testing.T) {
 		t.Errorf("lint image %q, format image %q", lreq.Image, freq.Image)
 	}
 
-	// An image the daemon does not serve is refused by the schema, before
-	// any request.
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "image": "python-gpu"}})
-	if err == nil && !res.IsError {
-		t.Errorf("run_python in an image not served: %q", resultText(res))
+	// An image the daemon did not serve at start-up (a reload added it)
+	// reaches the daemon, which decides; so does a session's.
+	res = call(RunTool, map[string]any{"code": "x", "image": "python-gpu"})
+	ereq = api.ExecuteRequest{}
+	f.request(t, "POST /v1/execute", &ereq)
+	if res.IsError || ereq.Image != "python-gpu" || f.count("POST /v1/execute") != 3 {
+		t.Errorf("run_python in an image added since start-up: request image %q, isError %v, %q", ereq.Image, res.IsError, resultText(res))
 	}
-	if n := f.count("POST /v1/execute"); n != 2 {
-		t.Errorf("%d execute requests, want 2", n)
+	call(OpenSessionTool, map[string]any{"image": "python-gpu"})
+	f.request(t, "POST /v1/sessions", &sreq)
+	if sreq.Image != "python-gpu" {
+		t.Errorf("open_session in an image added since start-up: request image %q", sreq.Image)
+	}
+	// An empty name is refused by the schema, before any request.
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "image": ""}})
+	if (err == nil && !res.IsError) || f.count("POST /v1/execute") != 3 {
+		t.Errorf("run_python with image \"\": %v, %+v", err, res)
+	}
+}
+
+// An image the daemon no longer serves (a reload removed it) is the
+// daemon's refusal, which names the images it serves now.
+func TestImageRemovedByAReload(t *testing.T) {
+	f := newFakeDaemon(t, map[string]reply{
+		"GET /v1/info":     imagesInfoReply(t),
+		"POST /v1/execute": {http.StatusBadRequest, `{"error":{"type":"invalid_argument","field":"image","message":"image: no image \"python-ml\" on this daemon; it serves python, python-minimal"}}`},
+	})
+	_, cs := session(t, f)
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{"code": "x", "image": "python-ml"}})
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "it serves python, python-minimal") {
+		t.Errorf("run_python in a removed image: %v, %q", err, resultText(res))
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/client"
+	"github.com/jaild/jaild/internal/loopback"
 	"github.com/jaild/jaild/internal/server/servertest"
 	"github.com/jaild/jaild/internal/server/servertest/raw"
 )
@@ -135,12 +136,48 @@ func session(t *testing.T, f daemon) (*Server, *sdk.ClientSession) {
 // sessionWith is session with a client of options opts.
 func sessionWith(t *testing.T, f daemon, opts *sdk.ClientOptions) (*Server, *sdk.ClientSession) {
 	t.Helper()
-	ctx := context.Background()
-	s, err := New(ctx, client.New(f.socket()), "test")
+	return serverSession(t, f, Options{Version: "test"}, opts)
+}
+
+// sessionAll is session with a server that reaches all the caller's
+// sessions (--all-sessions), not only those its connection opened.
+func sessionAll(t *testing.T, f daemon) (*Server, *sdk.ClientSession) {
+	t.Helper()
+	return serverSession(t, f, Options{Version: "test", AllSessions: true}, nil)
+}
+
+// serverSession serves a Server of options so on the daemon to an
+// in-memory client of options opts.
+func serverSession(t *testing.T, f daemon, so Options, opts *sdk.ClientOptions) (*Server, *sdk.ClientSession) {
+	t.Helper()
+	s, err := New(context.Background(), client.New(f.socket()), so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, connectWith(t, s, opts)
+}
+
+// testToken is a token for a test's HTTP handler.
+func testToken(t *testing.T) loopback.Token {
+	t.Helper()
+	tok, err := loopback.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// bearerClient is an HTTP client that sends token as a bearer credential.
+func bearerClient(token loopback.Token) *http.Client {
+	return &http.Client{Transport: bearerTransport{token.String()}}
+}
+
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func resultText(res *sdk.CallToolResult) string {
@@ -154,7 +191,7 @@ func resultText(res *sdk.CallToolResult) string {
 }
 
 func TestNewNeedsTheDaemon(t *testing.T) {
-	_, err := New(context.Background(), client.New(filepath.Join(t.TempDir(), "none.sock")), "test")
+	_, err := New(context.Background(), client.New(filepath.Join(t.TempDir(), "none.sock")), Options{Version: "test"})
 	var ce *client.ConnectError
 	if !errors.As(err, &ce) || !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("New without a daemon: %v, want a *client.ConnectError", err)
@@ -413,9 +450,107 @@ func TestListenOnlyLoopback(t *testing.T) {
 	}
 }
 
+// Without the token every request is refused, whatever its path, method
+// and headers, before anything else: no MCP session, no daemon request.
+func TestHandlerRequiresToken(t *testing.T) {
+	f := newRealDaemon(t)
+	s, err := New(context.Background(), client.New(f.socket()), Options{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := testToken(t)
+	srv := httptest.NewServer(s.Handler(tok))
+	defer srv.Close()
+	other := testToken(t)
+	bodies := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(1)"}}}`,
+	}
+	before := f.Count("POST /v1/execute") + f.Count("GET /v1/info")
+	refused := 0
+	for _, method := range []string{"POST", "GET", "DELETE", "PUT", "OPTIONS", "HEAD"} {
+		for _, path := range []string{Path, "/", "/mcp/x", "/.well-known/oauth-protected-resource"} {
+			for _, auth := range []string{"", "Bearer", "Bearer ", "Bearer " + other.String(), "Bearer " + tok.String() + "x", "Bearer " + tok.String()[:63],
+				"Basic " + tok.String(), tok.String(), "Bearer " + strings.ToUpper(tok.String())} {
+				for _, body := range bodies {
+					req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					if auth != "" {
+						req.Header.Set("Authorization", auth)
+					}
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					var rpc struct {
+						JSONRPC string          `json:"jsonrpc"`
+						ID      json.RawMessage `json:"id"`
+						Error   struct {
+							Code    int    `json:"code"`
+							Message string `json:"message"`
+						} `json:"error"`
+					}
+					challenge := resp.Header.Get("WWW-Authenticate")
+					if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(challenge, "Bearer ") || resp.Header.Get("Mcp-Session-Id") != "" {
+						t.Fatalf("%s %s, Authorization %q: %d, WWW-Authenticate %q: want 401 with a Bearer challenge", method, path, auth, resp.StatusCode, challenge)
+					}
+					if wrong := strings.HasPrefix(auth, "Bearer ") && len(auth) > len("Bearer "); wrong != strings.Contains(challenge, `error="invalid_token"`) {
+						t.Errorf("Authorization %q: challenge %q", auth, challenge)
+					}
+					if method != "HEAD" {
+						if err := json.Unmarshal(b, &rpc); err != nil || rpc.JSONRPC != "2.0" || string(rpc.ID) != "null" || rpc.Error.Code != codeUnauthorized || !strings.Contains(rpc.Error.Message, "token") {
+							t.Errorf("%s %s: body %q: want a JSON-RPC error about the token", method, path, b)
+						}
+					}
+					refused++
+				}
+			}
+		}
+	}
+	if after := f.Count("POST /v1/execute") + f.Count("GET /v1/info"); after != before {
+		t.Errorf("the refused requests reached the daemon: %d requests", after-before)
+	}
+	// The token, in any case of the scheme's name, lets a client in.
+	for _, scheme := range []string{"Bearer", "bearer"} {
+		req, _ := http.NewRequest("POST", srv.URL+Path, strings.NewReader(bodies[0]))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", scheme+" "+tok.String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+			t.Errorf("initialize with %q and the token: %d", scheme, resp.StatusCode)
+		}
+	}
+	// The zero token lets nothing through, not even an empty credential.
+	zero := httptest.NewServer(s.Handler(loopback.Token{}))
+	defer zero.Close()
+	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
+		req, _ := http.NewRequest("POST", zero.URL+Path, strings.NewReader(bodies[0]))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("the zero token, Authorization %q: %d", auth, resp.StatusCode)
+		}
+	}
+	t.Logf("%d requests refused", refused)
+}
+
 func TestHandlerRefusesRebindingAndOtherOrigins(t *testing.T) {
 	s, _ := session(t, newRealDaemon(t))
-	srv := httptest.NewServer(s.Handler())
+	tok := testToken(t)
+	srv := httptest.NewServer(s.Handler(tok))
 	defer srv.Close()
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
 	for _, tc := range []struct {
@@ -437,6 +572,7 @@ func TestHandlerRefusesRebindingAndOtherOrigins(t *testing.T) {
 		if tc.origin != "" {
 			req.Header.Set("Origin", tc.origin)
 		}
+		req.Header.Set("Authorization", "Bearer "+tok.String())
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -552,7 +688,7 @@ func TestRunInSession(t *testing.T) {
 			Session:         api.SessionStatus{SessionID: "s-1", State: api.SessionIdle},
 		}),
 	})
-	_, cs := session(t, f)
+	_, cs := sessionAll(t, f)
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: RunTool, Arguments: map[string]any{
 		"code": "x + 1", "session_id": "s-1", "timeout_seconds": 1.5, "stdin": "in",
 		"files": []map[string]string{{"path": "d.csv", "content_b64": "YQ=="}}, "return_files": []string{"*.csv"},
@@ -621,7 +757,7 @@ func TestSessionCallRefused(t *testing.T) {
 		"POST /v1/sessions/s-busy/execute": {http.StatusConflict, `{"error":{"type":"conflict","message":"session s-busy is running another call"}}`},
 		"GET /v1/sessions/s-busy":          sessionReply("s-busy", api.SessionRunning, ""),
 	})
-	_, cs := session(t, f)
+	_, cs := sessionAll(t, f)
 	for id, want := range map[string][]string{
 		"s-gone": {"jaild did not run the code: session s-x has ended (idle_timeout)", "Session s-gone has ended: no call came within its idle timeout (idle_timeout)", "Open a new one with open_session"},
 		"s-busy": {"Another call is running in session s-busy: one call runs at a time"},
@@ -695,11 +831,20 @@ func TestOpenAndCloseSession(t *testing.T) {
 	if err != nil || res.IsError || resultText(res) != "Session s-1 is closed after 2 calls; its variables and files are gone." {
 		t.Errorf("close: %v, %+v, %q", err, res, resultText(res))
 	}
-	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-old"}})
+	// Sessions this connection did not open are refused without a request.
+	for _, id := range []string{"s-old", "s-none", "s-other"} {
+		res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": id}})
+		if err != nil || !res.IsError || !strings.Contains(resultText(res), "there is no session "+id+" in this MCP connection") || f.count("DELETE /v1/sessions/"+id) != 0 {
+			t.Errorf("close %s, not opened here: %v, %q", id, err, resultText(res))
+		}
+	}
+	// With --all-sessions, the daemon answers for them.
+	_, all := sessionAll(t, f)
+	res, err = all.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-old"}})
 	if err != nil || res.IsError || !strings.Contains(resultText(res), "had already ended: it reached its time to live (expired)") {
 		t.Errorf("close an ended session: %v, %q", err, resultText(res))
 	}
-	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-none"}})
+	res, err = all.CallTool(ctx, &sdk.CallToolParams{Name: CloseSessionTool, Arguments: map[string]any{"session_id": "s-none"}})
 	if err != nil || !res.IsError || !strings.Contains(resultText(res), "jaild did not close the session: no route") {
 		t.Errorf("close an unknown session: %v, %q", err, resultText(res))
 	}
@@ -827,7 +972,7 @@ func TestServeStdioEndsSessions(t *testing.T) {
 		wantErr bool
 	}{{http.StatusOK, false}, {http.StatusInternalServerError, true}} {
 		f := sessionsDaemon(t, tc.status)
-		s, err := New(context.Background(), client.New(f.sock), "test")
+		s, err := New(context.Background(), client.New(f.sock), Options{Version: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -875,10 +1020,11 @@ func TestEndSessionsIsBounded(t *testing.T) {
 func TestHTTPSessionEndsSessions(t *testing.T) {
 	f := newRealDaemon(t)
 	s, _ := session(t, f)
-	srv := httptest.NewServer(s.Handler())
+	tok := testToken(t)
+	srv := httptest.NewServer(s.Handler(tok))
 	defer srv.Close()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).
-		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + Path}, nil)
+		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + Path, HTTPClient: bearerClient(tok)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func TestProgressNotifications(t *testing.T) {
 			}
 			s.send(api.EventDone, done)
 		})
-		_, cs := sessionWith(t, f, log.options())
+		_, cs := serverSession(t, f, Options{Version: "test", AllSessions: true}, log.options())
 		args := map[string]any{"code": "print('hello')"}
 		if sess {
 			args["session_id"] = "s-1"
@@ -379,10 +379,11 @@ func TestProgressOverHTTP(t *testing.T) {
 		s.send(api.EventDone, api.ExecuteResponse{RunID: "r1", Status: api.StatusOK, ExitCode: new(0)})
 	})
 	s, _ := session(t, f)
-	srv := httptest.NewServer(s.Handler())
+	tok := testToken(t)
+	srv := httptest.NewServer(s.Handler(tok))
 	defer srv.Close()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, log.options()).
-		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + Path}, nil)
+		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: srv.URL + Path, HTTPClient: bearerClient(tok)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,13 @@
 //
 // Sessions opened through an MCP connection end with it: the server
 // deletes them when the connection closes, and all that remain when it
-// stops serving.
+// stops serving. A connection reaches only the sessions it opened (unless
+// Options.AllSessions): not those its user opened otherwise, nor another
+// connection's.
+//
+// Over HTTP every request must carry the server's token as a bearer
+// credential (Authorization: Bearer TOKEN); the port is open to every
+// local account, and whoever passes acts as the user running the server.
 //
 // A call whose client gave a progress token runs streamed, and the client
 // gets progress notifications with the recent output while it runs. When
@@ -51,25 +57,35 @@ To keep variables, imports and files from one call to the next, open a session w
 Use lint_python and format_python to check and tidy code without running it.`
 }
 
+// Options are a Server's settings.
+type Options struct {
+	// Version is reported to MCP clients as the server's version.
+	Version string
+	// AllSessions lets every MCP connection list, run in and close all
+	// the caller's sessions, however they were opened; without it a
+	// connection reaches only those it opened with open_session.
+	AllSessions bool
+}
+
 // Server is jaild's MCP server. One Server serves any number of sessions.
 type Server struct {
-	client *client.Client
-	info   *api.Info
-	mcp    *sdk.Server
-	owned  *owned
+	client      *client.Client
+	info        *api.Info
+	mcp         *sdk.Server
+	owned       *owned
+	allSessions bool
 }
 
 // New reads the daemon's info through c, for the tool descriptions, and
-// returns a server whose tools forward to c. version is reported to MCP
-// clients as the server's version. An error is one of reaching the daemon
-// (see package client); nothing is served then.
-func New(ctx context.Context, c *client.Client, version string) (*Server, error) {
+// returns a server whose tools forward to c. An error is one of reaching
+// the daemon (see package client); nothing is served then.
+func New(ctx context.Context, c *client.Client, opts Options) (*Server, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the daemon's info: %w", err)
 	}
-	s := &Server{client: c, info: info}
-	s.owned = &owned{end: s.endSessions, conns: map[*sdk.ServerSession]map[string]struct{}{}}
+	s := &Server{client: c, info: info, allSessions: opts.AllSessions}
+	s.owned = &owned{end: s.endSessions, conns: map[*sdk.ServerSession]map[string]bool{}}
 	// Logging is the SDK's default capability. Resources are listed afresh
 	// on each resources/list, and nothing tells the server that the store
 	// changed: no listChanged.
@@ -77,7 +93,7 @@ func New(ctx context.Context, c *client.Client, version string) (*Server, error)
 	if info.Files.Enabled {
 		caps.Resources = &sdk.ResourceCapabilities{}
 	}
-	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "jaild", Title: "jaild: Python in jails", Version: version},
+	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "jaild", Title: "jaild: Python in jails", Version: opts.Version},
 		&sdk.ServerOptions{Instructions: instructions(info.Sessions.Enabled), Capabilities: caps})
 	if err := s.addTools(); err != nil {
 		return nil, err

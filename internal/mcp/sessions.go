@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,9 +99,13 @@ func (s *Server) sessionDescriptions() (open, closeD, list string) {
 			strings.Join(s.imageNames(false), ", "), s.defaultImage(), RunTool)
 	}
 	fmt.Fprintf(&b, "- You may have at most %d sessions open at once: close the ones you no longer need. For a one-off computation, call run_python without a session.", ses.MaxPerUID)
+	whose := "the sessions opened through this connection"
+	if s.allSessions {
+		whose = "your sessions, however they were opened"
+	}
 	return b.String(),
 		"End a session at once (its variables and files are gone) and free its resources; a call in progress in it is killed. Ending one that has already ended is not an error.",
-		"List your sessions, live ones and those that ended recently, with their state, when each ends and how many calls each ran. Use it to find a session_id again."
+		"List " + whose + ", live ones and those that ended recently, with their state, when each ends and how many calls each ran. Use it to find a session_id again."
 }
 
 // approx renders a time to come for a model: to the second below ten
@@ -249,7 +251,10 @@ func (s *Server) openSession(ctx context.Context, req *sdk.CallToolRequest, in O
 	return textResult(b.String()), out, nil
 }
 
-func (s *Server) closeSession(ctx context.Context, _ *sdk.CallToolRequest, in CloseSessionInput) (*sdk.CallToolResult, *SessionInfo, error) {
+func (s *Server) closeSession(ctx context.Context, req *sdk.CallToolRequest, in CloseSessionInput) (*sdk.CallToolResult, *SessionInfo, error) {
+	if err := s.reachable(req.Session, in.SessionID); err != nil {
+		return nil, nil, err
+	}
 	// Deleting an ended session answers it, with its end_reason.
 	sess, err := s.client.DeleteSession(ctx, in.SessionID)
 	if err != nil {
@@ -264,7 +269,7 @@ func (s *Server) closeSession(ctx context.Context, _ *sdk.CallToolRequest, in Cl
 	return textResult(text), out, nil
 }
 
-func (s *Server) listSessions(ctx context.Context, _ *sdk.CallToolRequest, _ ListSessionsInput) (*sdk.CallToolResult, *ListSessionsOutput, error) {
+func (s *Server) listSessions(ctx context.Context, req *sdk.CallToolRequest, _ ListSessionsInput) (*sdk.CallToolResult, *ListSessionsOutput, error) {
 	list, err := s.client.Sessions(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not list the sessions: %w", err)
@@ -274,7 +279,7 @@ func (s *Server) listSessions(ctx context.Context, _ *sdk.CallToolRequest, _ Lis
 	for i := range list.Sessions {
 		sess := &list.Sessions[i]
 		// An admin's list holds everyone's.
-		if sess.UID != s.info.Caller.UID {
+		if sess.UID != s.info.Caller.UID || (!s.allSessions && !s.owned.owns(req.Session, sess.SessionID)) {
 			continue
 		}
 		info := sessionInfo(sess)
@@ -339,8 +344,22 @@ func endReasonText(reason string) string {
 	return why + " (" + reason + ")"
 }
 
+// reachable refuses a session that the connection ss may not reach: one
+// it did not open, unless the server serves all the caller's sessions.
+// The refusal is the same whether the session exists or not, and nothing
+// is asked of the daemon.
+func (s *Server) reachable(ss *sdk.ServerSession, id string) error {
+	if s.allSessions || s.owned.owns(ss, id) {
+		return nil
+	}
+	return fmt.Errorf("there is no session %s in this MCP connection: only the sessions opened here with %s can be used (or the session ended a while ago). Open one with %s, or call run_python without session_id", id, OpenSessionTool, OpenSessionTool)
+}
+
 // runInSession runs run_python's code in a session.
 func (s *Server) runInSession(ctx context.Context, creq *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, *RunOutput, error) {
+	if err := s.reachable(creq.Session, in.SessionID); err != nil {
+		return nil, nil, err
+	}
 	req, err := sessionExecuteRequest(in)
 	if err != nil {
 		return nil, nil, err
@@ -419,12 +438,16 @@ func (s *Server) sessionCallError(ctx context.Context, id string, err error) err
 
 // owned records which sessions each MCP connection opened, so that they
 // end with it: when a connection's ServerSession closes (stdin's end, an
-// HTTP DELETE, the server's shutdown), its sessions are deleted.
+// HTTP DELETE, the server's shutdown), its sessions are deleted. It also
+// says which sessions a connection may reach: those it opened, ended ones
+// included (the daemon still answers for them a while), until it closes.
 type owned struct {
 	end func(ctx context.Context, ids []string) error
 
-	mu      sync.Mutex
-	conns   map[*sdk.ServerSession]map[string]struct{}
+	mu sync.Mutex
+	// conns holds each connection's sessions: true while the session is
+	// to be ended with the connection, false once it ended otherwise.
+	conns   map[*sdk.ServerSession]map[string]bool
 	closing bool           // endAll ran: no session may be added
 	ending  sync.WaitGroup // deletes in progress
 	failed  []error        // of the deletes of connections that closed
@@ -442,28 +465,49 @@ func (o *owned) add(ss *sdk.ServerSession, id string) bool {
 	}
 	ids, ok := o.conns[ss]
 	if !ok {
-		ids = map[string]struct{}{}
+		ids = map[string]bool{}
 		o.conns[ss] = ids
 		// A connection that closed already returns at once from Wait.
 		go o.watch(ss)
 	}
-	ids[id] = struct{}{}
+	ids[id] = true
 	return true
 }
 
-// remove forgets a session that ended otherwise.
+// remove notes that a session ended otherwise: nothing is left to end.
 func (o *owned) remove(id string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, ids := range o.conns {
-		delete(ids, id)
+		if _, ok := ids[id]; ok {
+			ids[id] = false
+		}
 	}
+}
+
+// owns reports whether ss opened session id.
+func (o *owned) owns(ss *sdk.ServerSession, id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.conns[ss][id]
+	return ok
+}
+
+// live are the sessions of ids still to be ended.
+func live(ids map[string]bool) []string {
+	var l []string
+	for id, open := range ids {
+		if open {
+			l = append(l, id)
+		}
+	}
+	return l
 }
 
 func (o *owned) watch(ss *sdk.ServerSession) {
 	ss.Wait()
 	o.mu.Lock()
-	ids := slices.Collect(maps.Keys(o.conns[ss]))
+	ids := live(o.conns[ss])
 	delete(o.conns, ss)
 	if len(ids) > 0 {
 		// Added under mu: endAll, which waits for it, takes mu first or
@@ -494,7 +538,7 @@ func (o *owned) endAll(ctx context.Context) error {
 	o.closing = true
 	var ids []string
 	for _, set := range o.conns {
-		ids = slices.AppendSeq(ids, maps.Keys(set))
+		ids = append(ids, live(set)...)
 	}
 	clear(o.conns)
 	o.mu.Unlock()

@@ -22,10 +22,7 @@ package web
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
 	"embed"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,7 +58,7 @@ const tokenPlaceholder = "__JAILD_TOKEN__"
 // Server is the playground of one jailctl web process.
 type Server struct {
 	client      *client.Client
-	token       string
+	token       loopback.Token
 	allowRemote bool
 	assets      fs.FS
 }
@@ -70,9 +67,9 @@ type Server struct {
 // random bytes. allowRemote turns off the loopback Host check (the token
 // and the Origin check stay).
 func New(c *client.Client, allowRemote bool) (*Server, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, fmt.Errorf("token: %w", err)
+	token, err := loopback.NewToken()
+	if err != nil {
+		return nil, err
 	}
 	assets, err := fs.Sub(dist, "dist")
 	if err != nil {
@@ -80,7 +77,7 @@ func New(c *client.Client, allowRemote bool) (*Server, error) {
 	}
 	return &Server{
 		client:      c,
-		token:       hex.EncodeToString(b),
+		token:       token,
 		allowRemote: allowRemote,
 		assets:      assets,
 	}, nil
@@ -88,7 +85,7 @@ func New(c *client.Client, allowRemote bool) (*Server, error) {
 
 // URL is the address to open: the listener's, with the token.
 func (s *Server) URL(addr net.Addr) string {
-	return "http://" + addr.String() + "/?token=" + s.token
+	return "http://" + addr.String() + "/?token=" + s.token.String()
 }
 
 // Handler serves the page (GET /?token=TOKEN), its assets (GET
@@ -155,9 +152,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) valid(token string) bool {
-	return token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.token)) == 1
-}
+func (s *Server) valid(token string) bool { return s.token.Equal(token) }
 
 // csp keeps the page to its own scripts; CodeMirror adds style elements,
 // figures are data: URLs and downloads blob: ones.
@@ -171,7 +166,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Security-Policy", csp)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(bytes.ReplaceAll(page, []byte(tokenPlaceholder), []byte(s.token)))
+	_, _ = w.Write(bytes.ReplaceAll(page, []byte(tokenPlaceholder), []byte(s.token.String())))
 }
 
 func (s *Server) asset(w http.ResponseWriter, r *http.Request) {

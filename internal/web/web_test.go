@@ -117,28 +117,28 @@ func wantError(t *testing.T, what string, w *httptest.ResponseRecorder, status i
 func TestToken(t *testing.T) {
 	s, d := newServer(t, false)
 	other, _ := newServer(t, false)
-	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s.token) || s.token == other.token {
-		t.Fatalf("tokens %q and %q: want two different 32-byte hex strings", s.token, other.token)
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s.token.String()) || s.token.String() == other.token.String() {
+		t.Fatalf("tokens %q and %q: want two different 32-byte hex strings", s.token.String(), other.token.String())
 	}
-	if u := s.URL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}); u != "http://127.0.0.1:8080/?token="+s.token {
+	if u := s.URL(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}); u != "http://127.0.0.1:8080/?token="+s.token.String() {
 		t.Errorf("URL %q", u)
 	}
 	h := s.Handler()
 
 	// The page: no token, an empty, a wrong one, another server's, one
 	// in a cookie (as the playground once set it).
-	for _, target := range []string{"/", "/?x=1", "/?token=", "/?token=" + strings.Repeat("0", 64), "/?token=" + other.token, "/?token=" + s.token[:63]} {
+	for _, target := range []string{"/", "/?x=1", "/?token=", "/?token=" + strings.Repeat("0", 64), "/?token=" + other.token.String(), "/?token=" + s.token.String()[:63]} {
 		wantError(t, "GET "+target, do(h, req("GET", target, "", "")), 403, "forbidden", "", "token")
 	}
 	r := req("GET", "/", "", "")
-	r.AddCookie(&http.Cookie{Name: "token", Value: s.token})
+	r.AddCookie(&http.Cookie{Name: "token", Value: s.token.String()})
 	wantError(t, "GET / with the token in a cookie", do(h, r), 403, "forbidden", "", "token")
 
 	// The right token in the URL: the page itself, no redirect, with the
 	// token for its script; the same again (a reload).
 	for range 2 {
-		w := do(h, req("GET", "/?token="+s.token, "", ""))
-		if w.Code != 200 || !strings.Contains(w.Body.String(), `<meta name="jaild-token" content="`+s.token+`">`) ||
+		w := do(h, req("GET", "/?token="+s.token.String(), "", ""))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `<meta name="jaild-token" content="`+s.token.String()+`">`) ||
 			strings.Contains(w.Body.String(), tokenPlaceholder) || w.Header().Get("Location") != "" {
 			t.Errorf("GET /?token=…: %d (Location %q), want the page with the token in its meta tag", w.Code, w.Header().Get("Location"))
 		}
@@ -151,14 +151,14 @@ func TestToken(t *testing.T) {
 	}
 
 	// The API takes the header only: the token in the query is not enough.
-	wantError(t, "POST /api/format with the token in the query", do(h, req("POST", "/api/format?token="+s.token, `{"code":"x"}`, "")), 403, "forbidden", "", TokenHeader)
-	wantError(t, "GET /api/info with the token in the query", do(h, req("GET", "/api/info?token="+s.token, "", "")), 403, "forbidden", "", TokenHeader)
-	wantError(t, "POST /api/format with a wrong token", do(h, req("POST", "/api/format", `{"code":"x"}`, other.token)), 403, "forbidden", "", TokenHeader)
+	wantError(t, "POST /api/format with the token in the query", do(h, req("POST", "/api/format?token="+s.token.String(), `{"code":"x"}`, "")), 403, "forbidden", "", TokenHeader)
+	wantError(t, "GET /api/info with the token in the query", do(h, req("GET", "/api/info?token="+s.token.String(), "", "")), 403, "forbidden", "", TokenHeader)
+	wantError(t, "POST /api/format with a wrong token", do(h, req("POST", "/api/format", `{"code":"x"}`, other.token.String())), 403, "forbidden", "", TokenHeader)
 	wantError(t, "GET /api/info with no token", do(h, req("GET", "/api/info", "", "")), 403, "forbidden", "", TokenHeader)
 	if len(d.Seen()) != 0 {
 		t.Errorf("the daemon was called (%s) by a request without the token", called(d))
 	}
-	if w := do(h, req("GET", "/api/info", "", s.token)); w.Code != 200 || called(d) != "GET /v1/info" {
+	if w := do(h, req("GET", "/api/info", "", s.token.String())); w.Code != 200 || called(d) != "GET /v1/info" {
 		t.Errorf("GET /api/info with the token: %d, daemon got %s", w.Code, called(d))
 	}
 
@@ -177,15 +177,15 @@ func TestNoCookie(t *testing.T) {
 	s, _ := newServer(t, false)
 	h := s.Handler()
 	for _, r := range []*http.Request{
-		req("GET", "/?token="+s.token, "", ""),
+		req("GET", "/?token="+s.token.String(), "", ""),
 		req("GET", "/?token=wrong", "", ""),
 		req("GET", "/", "", ""),
 		req("GET", "/assets/app.js", "", ""),
 		req("GET", "/assets/app.css", "", ""),
-		req("GET", "/api/info", "", s.token),
-		req("POST", "/api/format", `{"code":"x"}`, s.token),
+		req("GET", "/api/info", "", s.token.String()),
+		req("POST", "/api/format", `{"code":"x"}`, s.token.String()),
 		req("GET", "/api/info", "", ""),
-		req("GET", "/nope?token="+s.token, "", ""),
+		req("GET", "/nope?token="+s.token.String(), "", ""),
 	} {
 		target := r.Method + " " + r.URL.String()
 		w := do(h, r)
@@ -199,25 +199,25 @@ func TestHostAndOrigin(t *testing.T) {
 	s, _ := newServer(t, false)
 	h := s.Handler()
 	for _, host := range []string{"evil.example.com", "evil.example.com:8080", "10.0.0.1:8080", ""} {
-		r := req("POST", "/api/format", `{"code":"x"}`, s.token)
+		r := req("POST", "/api/format", `{"code":"x"}`, s.token.String())
 		r.Host = host
 		wantError(t, "Host "+host, do(h, r), 403, "forbidden", "", "not a loopback name")
 	}
 	for _, host := range []string{"localhost:8080", "[::1]:8080", "127.0.0.1:1"} {
-		r := req("POST", "/api/format", `{"code":"x"}`, s.token)
+		r := req("POST", "/api/format", `{"code":"x"}`, s.token.String())
 		r.Host = host
 		if w := do(h, r); w.Code != 200 {
 			t.Errorf("Host %s: %d %s, want 200", host, w.Code, w.Body)
 		}
 	}
 	// A page of another site: its POST is refused even with the token.
-	r := req("POST", "/api/format", `{"code":"x"}`, s.token)
+	r := req("POST", "/api/format", `{"code":"x"}`, s.token.String())
 	r.Header.Set("Origin", "http://evil.example.com")
 	wantError(t, "Origin http://evil.example.com", do(h, r), 403, "forbidden", "", "cross-origin")
-	r = req("POST", "/api/format", `{"code":"x"}`, s.token)
+	r = req("POST", "/api/format", `{"code":"x"}`, s.token.String())
 	r.Header.Set("Sec-Fetch-Site", "cross-site")
 	wantError(t, "Sec-Fetch-Site cross-site", do(h, r), 403, "forbidden", "", "cross-origin")
-	r = req("POST", "/api/format", `{"code":"x"}`, s.token)
+	r = req("POST", "/api/format", `{"code":"x"}`, s.token.String())
 	r.Header.Set("Origin", "http://127.0.0.1:8080")
 	r.Header.Set("Sec-Fetch-Site", "same-origin")
 	if w := do(h, r); w.Code != 200 {
@@ -229,7 +229,7 @@ func TestHostAndOrigin(t *testing.T) {
 	r = req("GET", "/api/info", "", "")
 	r.Host = "jaild.example.com:8080"
 	wantError(t, "allow-remote without the token", do(remote.Handler(), r), 403, "forbidden", "", "token")
-	r = req("GET", "/api/info", "", remote.token)
+	r = req("GET", "/api/info", "", remote.token.String())
 	r.Host = "jaild.example.com:8080"
 	if w := do(remote.Handler(), r); w.Code != 200 {
 		t.Errorf("allow-remote, another Host, the token: %d %s, want 200", w.Code, w.Body)
@@ -253,16 +253,16 @@ func TestBodies(t *testing.T) {
 		{"a wrong type", "/api/execute", `{"code":1}`, "application/json", 400, "invalid_argument", "body", "code"},
 		{"not JSON's media type", "/api/format", `{"code":"x"}`, "text/plain", 415, "unsupported_media_type", "", "application/json"},
 	} {
-		r := req("POST", tc.path, tc.body, s.token)
+		r := req("POST", tc.path, tc.body, s.token.String())
 		r.Header.Set("Content-Type", tc.ctype)
 		wantError(t, tc.what, do(h, r), tc.status, tc.typ, tc.field, tc.mention)
 	}
 	if len(d.Seen()) != 0 {
 		t.Errorf("the daemon got %s from a refused body", called(d))
 	}
-	wantError(t, "no such API", do(h, req("GET", "/api/sessions", "", s.token)), 404, "not_found", "", "/api/sessions")
-	wantError(t, "no such page", do(h, req("GET", "/etc/passwd", "", s.token)), 404, "not_found", "", "")
-	wantError(t, "no such asset", do(h, req("GET", "/assets/..%2fweb.go", "", s.token)), 404, "not_found", "", "")
+	wantError(t, "no such API", do(h, req("GET", "/api/sessions", "", s.token.String())), 404, "not_found", "", "/api/sessions")
+	wantError(t, "no such page", do(h, req("GET", "/etc/passwd", "", s.token.String())), 404, "not_found", "", "")
+	wantError(t, "no such asset", do(h, req("GET", "/assets/..%2fweb.go", "", s.token.String())), 404, "not_found", "", "")
 }
 
 func TestForward(t *testing.T) {
@@ -270,7 +270,7 @@ func TestForward(t *testing.T) {
 	d := &recorder{status: 200, answer: answer}
 	s := proxyServer(t, d, false)
 	h := s.Handler()
-	w := do(h, req("POST", "/api/execute", `{"code":"print(42)","limits":{"timeout_ms":1500,"memory_mb":256},"return_files":["*.csv"]}`, s.token))
+	w := do(h, req("POST", "/api/execute", `{"code":"print(42)","limits":{"timeout_ms":1500,"memory_mb":256},"return_files":["*.csv"]}`, s.token.String()))
 	if w.Code != 200 || w.Body.String() != answer {
 		t.Errorf("execute: %d %q, want the daemon's answer unchanged", w.Code, w.Body)
 	}
@@ -281,11 +281,11 @@ func TestForward(t *testing.T) {
 		t.Errorf("the daemon got %s %s %s (%v)", d.method, d.path, d.body, err)
 	}
 	for path, daemonPath := range map[string]string{"/api/lint": "/v1/lint", "/api/format": "/v1/format"} {
-		if w := do(h, req("POST", path, `{"code":"import os"}`, s.token)); w.Code != 200 || d.path != daemonPath || d.body != `{"code":"import os"}` {
+		if w := do(h, req("POST", path, `{"code":"import os"}`, s.token.String())); w.Code != 200 || d.path != daemonPath || d.body != `{"code":"import os"}` {
 			t.Errorf("%s: %d, the daemon got %s %s", path, w.Code, d.path, d.body)
 		}
 	}
-	if w := do(h, req("GET", "/api/openapi.json", "", s.token)); w.Code != 200 || d.method != "GET" || d.path != "/v1/openapi.json" {
+	if w := do(h, req("GET", "/api/openapi.json", "", s.token.String())); w.Code != 200 || d.method != "GET" || d.path != "/v1/openapi.json" {
 		t.Errorf("openapi.json: %d, the daemon got %s %s", w.Code, d.method, d.path)
 	}
 }
@@ -301,7 +301,7 @@ func TestDaemonErrors(t *testing.T) {
 	}
 	s := proxyServer(t, d, false)
 	h := s.Handler()
-	w := do(h, req("POST", "/api/execute", `{"code":"1"}`, s.token))
+	w := do(h, req("POST", "/api/execute", `{"code":"1"}`, s.token.String()))
 	wantError(t, "rate limited", w, 429, "rate_limited", "", "daily quota of 3 runs")
 	if w.Header().Get("Retry-After") != "7" {
 		t.Errorf("Retry-After %q, want the daemon's 7", w.Header().Get("Retry-After"))
@@ -309,20 +309,20 @@ func TestDaemonErrors(t *testing.T) {
 
 	d.status, d.header = 400, nil
 	d.answer = `{"error":{"type":"invalid_argument","message":"limits.memory_mb: 99999 over the maximum 1024","field":"limits.memory_mb"}}`
-	wantError(t, "a bound", do(h, req("POST", "/api/execute", `{"code":"1","limits":{"memory_mb":99999}}`, s.token)),
+	wantError(t, "a bound", do(h, req("POST", "/api/execute", `{"code":"1","limits":{"memory_mb":99999}}`, s.token.String())),
 		400, "invalid_argument", "limits.memory_mb", "over the maximum 1024")
 
 	d.status, d.answer = 404, `{"error":{"type":"not_found","message":"no route GET /v1/openapi.json"}}`
-	wantError(t, "an older daemon", do(h, req("GET", "/api/openapi.json", "", s.token)), 404, "not_found", "", "no route")
+	wantError(t, "an older daemon", do(h, req("GET", "/api/openapi.json", "", s.token.String())), 404, "not_found", "", "no route")
 
 	d.status, d.answer = 200, `not json`
-	wantError(t, "a malformed answer", do(h, req("POST", "/api/format", `{"code":"1"}`, s.token)), 500, "internal", "", "malformed response")
+	wantError(t, "a malformed answer", do(h, req("POST", "/api/format", `{"code":"1"}`, s.token.String())), 500, "internal", "", "malformed response")
 
 	gone, err := New(client.New(filepath.Join(t.TempDir(), "none.sock")), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, "no daemon", do(gone.Handler(), req("POST", "/api/lint", `{"code":"1"}`, gone.token)), 503, "unavailable", "", "cannot connect to jaild")
+	wantError(t, "no daemon", do(gone.Handler(), req("POST", "/api/lint", `{"code":"1"}`, gone.token.String())), 503, "unavailable", "", "cannot connect to jaild")
 }
 
 // TestAssets: the embedded page names only assets that are embedded,
