@@ -62,8 +62,12 @@ os.execv(sys.argv[1], sys.argv[1:])
 	if own&want != want {
 		t.Fatalf("the engine's process does not ignore SIGHUP and 34 (SigIgn %#x): the test proves nothing", own)
 	}
+	// Python cannot reset 32 and 33 (glibc's own signals, not in
+	// valid_signals): the control keeps whatever this test process
+	// ignores of them (32 in CI), and Python itself ignores neither.
+	const glibcOwn = 1<<(32-1) | 1<<(33-1)
 	for _, name := range []string{"SigIgn:", "SigBlk:"} {
-		if got, ctl := field(t, out, "jail "+name), field(t, control, name); got != ctl {
+		if got, ctl := field(t, out, "jail "+name), field(t, control, name)&^glibcOwn; got != ctl {
 			t.Errorf("the jail's python3 %s %#x, a clean python3's %#x (the engine's process ignores %#x)", name, got, ctl, own)
 		}
 	}
