@@ -234,18 +234,26 @@ func TestWarmPoolDaemon(t *testing.T) {
 // daemon that found a range taken says so in its log.
 func TestSharedHostIDBase(t *testing.T) {
 	d := startDaemon(t, daemontest.Options{})
-	// The shared daemon starts its run first, so it takes the lowest range.
-	done := make(chan struct{}, 2)
+	// The shared daemon makes its jail first, so it takes the lowest
+	// range. Sessions hold their jails (and processes) until deleted,
+	// however slow the host: no run can end before the ids are read.
+	var ids []string
 	for _, dm := range []*daemon{shared, d} {
-		go func() {
-			dm.call(t, "POST", "/v1/execute", `{"code":"import time\ntime.sleep(3)"}`, nil)
-			done <- struct{}{}
-		}()
-		waitFor(t, 20*time.Second, "the run to start", func() bool {
+		var s api.Session
+		if status, _ := dm.call(t, "POST", "/v1/sessions", `{}`, &s); status != 201 {
+			t.Fatalf("create a session: HTTP %d", status)
+		}
+		ids = append(ids, s.SessionID)
+		waitFor(t, 20*time.Second, "the session's jail", func() bool {
 			cg, err := cgroupsOf(dm)
 			return err == nil && len(cg.live()) == 1
 		})
 	}
+	defer func() {
+		for i, dm := range []*daemon{shared, d} {
+			dm.call(t, "DELETE", "/v1/sessions/"+ids[i], nil, nil)
+		}
+	}()
 	ranges := map[uint64]int{} // the first id of each range: its processes
 	for _, pid := range jailPids() {
 		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
@@ -256,8 +264,6 @@ func TestSharedHostIDBase(t *testing.T) {
 			}
 		}
 	}
-	<-done
-	<-done
 	if len(ranges) != 2 {
 		t.Errorf("the two daemons' runs hold host id ranges %v, want two different ones", ranges)
 	}
