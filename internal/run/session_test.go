@@ -350,7 +350,7 @@ func TestSessionInterpreterEndedBeforeItsReport(t *testing.T) {
 		kids := strings.Fields(readProc(fmt.Sprintf("/proc/%d/task/%d/children", pid1, pid1)))
 		zombies := 0
 		for _, k := range kids {
-			if procState(readProc("/proc/" + k + "/stat")) == 'Z' {
+			if procState(readProc("/proc/"+k+"/stat")) == 'Z' {
 				zombies++
 			}
 		}
