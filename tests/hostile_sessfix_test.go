@@ -11,13 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/jaild/jaild/internal/api"
 )
 
 func sessfixCases() []hcase {
 	return []hcase{
 		{id: "S40", cat: catSession, title: "an interpreter that ends just after its call's end record, before the freeze: os._exit right after the runner writes the end, and (made from the host) init's exit report waiting while the jail is frozen",
-			expect: "the loss is reported once, state_lost with lost_reason exited, by the exiting call or the next (200, never a session ended restart_failed); with the report waiting in the frozen jail, the next call runs in a fresh interpreter and says so; the call after it runs in a fresh interpreter (its variables gone, the workspace kept); the session is frozen again between calls",
+			expect: "the loss is reported once, state_lost with lost_reason exited, by the exiting call or the next (200, never a session ended restart_failed), and the next call's code runs (never an ok for code that did not run); with the report waiting in the frozen jail, the next call runs in a fresh interpreter and says so; with init held (made from the host) until the next call's job went to the dead interpreter, that call runs in a fresh interpreter, its output and result its own, and says state_lost exited; the call after runs in a fresh interpreter (its variables gone, the workspace kept); the session is frozen again between calls",
 			run:    runSessionExitBeforeFreeze},
 	}
 }
@@ -80,6 +82,11 @@ func runSessionExitBeforeFreeze(t *testing.T, h *hostile) string {
 		if a.Status != "ok" || lostA == lostB || b.Session.State != api.SessionIdle {
 			t.Fatalf("round %d: the exiting call %s %+v, the next %+v: want the loss (exited) reported once and the session idle", i, a.Status, a.Session, b.Session)
 		}
+		// Whichever reported the loss, the next call's code ran, in a
+		// fresh interpreter.
+		if b.Status != "ok" || b.Stdout != "False\n" {
+			t.Fatalf("round %d: the call after the exit: status %s stdout %q (lost %v), want its code run in a fresh interpreter", i, b.Status, b.Stdout, lostB)
+		}
 		freshCall(t, ss, s, fmt.Sprintf("round %d", i))
 	}
 
@@ -123,13 +130,113 @@ func runSessionExitBeforeFreeze(t *testing.T, h *hostile) string {
 		t.Errorf("the session is not frozen after the call (%v)", err)
 	}
 	freshCall(t, ss, s, "the call after")
+
+	// The order that made a call whose code never ran say ok: init held
+	// (SIGSTOP from the host reaches a pid namespace's init) while the
+	// interpreter ends after its call, and let go only once the next
+	// call's job is in the job pipe: the job went to the dead interpreter,
+	// the exit report comes during the call.
+	wantCall(t, ss.exec(s, code("x = 1\nimport os, threading\nthreading.Timer(0.3, os._exit, (0,)).start()")), "ok")
+	pid1 := jailPid1(h.cg.jailProcs(s.jail))
+	if pid1 == 0 {
+		t.Fatal("the session's init not found")
+	}
+	if err := h.cg.thawBehind(s.jail); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid1, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(pid1, unix.SIGCONT) //nolint:errcheck // a failed case's cleanup
+	waitFor(t, 10*time.Second, "init stopped, the interpreter dead and unreaped", func() bool {
+		kids := strings.Fields(readFile(fmt.Sprintf("/proc/%d/task/%d/children", pid1, pid1)))
+		for _, k := range kids {
+			if procStateOf(readFile("/proc/"+k+"/stat")) != 'Z' {
+				return false
+			}
+		}
+		return len(kids) > 0 && procStateOf(readFile(fmt.Sprintf("/proc/%d/stat", pid1))) == 'T'
+	})
+	type reply struct {
+		status int
+		raw    []byte
+	}
+	got := make(chan reply, 1)
+	start = time.Now()
+	go func() {
+		status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/execute", code("print('ran', 'x' in globals(), open('kept').read())\n41 + 1"))
+		got <- reply{status, raw}
+	}()
+	// init's copy of the job pipe (its fd 10 and up): the job is there.
+	queued := func() bool {
+		for fd := 10; fd < 16; fd++ {
+			p := fmt.Sprintf("/proc/%d/fd/%d", pid1, fd)
+			if l, err := os.Readlink(p); err != nil || !strings.HasPrefix(l, "pipe:") {
+				continue
+			}
+			f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0)
+			if err != nil {
+				continue
+			}
+			n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ)
+			f.Close()
+			if err == nil && n > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 10*time.Second, "the next call's job in the dead interpreter's pipe", queued)
+	if err := unix.Kill(pid1, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-got
+	took = time.Since(start)
+	if rep.status != http.StatusOK {
+		t.Fatalf("the call whose job went to the dead interpreter (%v): HTTP %d %s", took, rep.status, rep.raw)
+	}
+	r = ss.callResult(s, rep.raw)
+	if r.Status != "ok" || r.Stdout != "ran False k\n42\n" || !lostExited(r) || r.Session.State != api.SessionIdle {
+		t.Fatalf("the call whose job went to the dead interpreter: status %s stdout %q session %+v, want its code run in a fresh interpreter and state_lost exited", r.Status, r.Stdout, r.Session)
+	}
+	if frozen, err := h.cg.jailFrozen(s.jail); err != nil || !frozen {
+		t.Errorf("the session is not frozen after the call (%v)", err)
+	}
+	freshCall(t, ss, s, "the call after the held report")
 	// Another caller is served as before.
 	lat := time.Now()
 	h.print1(t)
 	if d := time.Since(lat); d > 10*control+2*time.Second {
 		t.Errorf("another caller's print(1) took %v (control %v)", d, control)
 	}
-	return fmt.Sprintf("%d rounds of os._exit after the end record: the loss reported once (state_lost exited), then a fresh interpreter; the report waiting in a frozen jail: the next call 200, run in a fresh interpreter, state_lost exited, the session frozen again", rounds)
+	return fmt.Sprintf("%d rounds of os._exit after the end record: the loss reported once (state_lost exited), the next call's code run in a fresh interpreter; the report waiting in a frozen jail: the next call 200, run in a fresh interpreter, state_lost exited, the session frozen again; init held until the next call's job went to the dead interpreter: that call 200 ok, its own output and result from a fresh interpreter, state_lost exited", rounds)
+}
+
+// jailPid1 is the one of a jail's host pids that is pid 1 of its pid
+// namespace (init); 0 if none is.
+func jailPid1(pids []int) int {
+	for _, p := range pids {
+		for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/status", p)), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
+				return p
+			}
+		}
+	}
+	return 0
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// procStateOf is the state letter of a /proc/PID/stat line; 0 without one.
+func procStateOf(stat string) byte {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 || len(stat) < i+3 {
+		return 0
+	}
+	return stat[i+2]
 }
 
 // freezeBehind freezes a jail's cgroup from the host and waits until it

@@ -53,6 +53,12 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	}
 	sc.send()
 	sc.wait(ctx)
+	if sc.neverBegan() {
+		if err := sc.again(); err != nil {
+			return nil, err
+		}
+		sc.wait(ctx)
+	}
 	sc.collect()
 	sc.settle()
 	sc.finish()
@@ -164,21 +170,8 @@ func (sc *sessionCall) uncount() {
 // code): nothing of it changes the workspace meanwhile.
 func (sc *sessionCall) prepare() error {
 	c, ss, j := sc.c, sc.ss, sc.j
-	stdin := runner.Latin1(c.Stdin)
-	job := runner.Job{
-		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", sc.cs.n), LastLineInteractive: c.LastLineInteractive,
-		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
-		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+spec.InterruptGrace+time.Second-1)/time.Second) + 1,
-	}
-	if sc.fresh {
-		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
-		// life (a warm jail's is higher); the call's soft limit is then
-		// set from CPUSeconds.
-		job.Rlimits = ss.limits.RlimitsByName()
-	}
-	sc.frame = runner.EncodeJob(job)
-	if len(sc.frame) > runner.MaxJobBytes {
-		return errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(sc.frame), runner.MaxJobBytes)
+	if err := sc.encode(); err != nil {
+		return err
 	}
 	if err := writeFiles(j, c.Files, true); err != nil {
 		// The workspace is the session's to shape: a path taken by a
@@ -195,6 +188,28 @@ func (sc *sessionCall) prepare() error {
 	sc.figs = filepath.Join(j.MetaHostDir(), "figures")
 	clearDir(sc.figs)
 	sc.res = &CallResult{Count: sc.cs.n, Result: Result{ID: j.ID(), ExitCode: -1}}
+	return nil
+}
+
+// encode makes the call's job, with the rlimits for a fresh interpreter.
+func (sc *sessionCall) encode() error {
+	c, ss := sc.c, sc.ss
+	stdin := runner.Latin1(c.Stdin)
+	job := runner.Job{
+		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", sc.cs.n), LastLineInteractive: c.LastLineInteractive,
+		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
+		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+spec.InterruptGrace+time.Second-1)/time.Second) + 1,
+	}
+	if sc.fresh {
+		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
+		// life (a warm jail's is higher); the call's soft limit is then
+		// set from CPUSeconds.
+		job.Rlimits = ss.limits.RlimitsByName()
+	}
+	sc.frame = runner.EncodeJob(job)
+	if len(sc.frame) > runner.MaxJobBytes {
+		return errdefs.New(errdefs.ErrInvalidArgument, "code and stdin take %d bytes as a job, more than the %d a call can carry", len(sc.frame), runner.MaxJobBytes)
+	}
 	return nil
 }
 
@@ -317,6 +332,75 @@ func (sc *sessionCall) wait(ctx context.Context) {
 			sc.killWait = nil
 		}
 	}
+}
+
+// neverBegan reports whether the interpreter the job went to ended before
+// the call's code began, of its own accord: init's exit report came, and
+// no start record of the call (nor its end). That interpreter had run the
+// session's code before (a fresh one runs none before its job: its end
+// before the start is the job's, and the call's to report); it ended
+// after the last call's end record, its exit report held by the freeze
+// until this call thawed the jail. Nothing of this call ran.
+//
+// Init writes the exit report only once every process of the old
+// interpreter is dead, so its records are all in the pipe by then: they
+// are drained before the check. A drain that cannot be confirmed counts
+// as begun (the loss is then the call's to report, the answer of old).
+func (sc *sessionCall) neverBegan() bool {
+	if sc.exit == nil || sc.fresh || sc.interrupted || sc.killed || sc.status >= 0 {
+		return false
+	}
+	ss, begun := sc.ss, true
+	drained := ss.records.drained(syncWait, ss.done, func() {
+		ss.mu.Lock()
+		begun = sc.cs.begun || len(sc.cs.end) > 0
+		ss.mu.Unlock()
+	})
+	return drained && !begun
+}
+
+// again runs the call in a fresh interpreter after neverBegan: the loss
+// is said as one found before the call (as begin does), and the call's
+// job, output, records and figures of usage start afresh. Output streamed
+// to the client meanwhile (the old interpreter's last, if any) has gone.
+// A session that ends on the restart (losses in a row) ends the call.
+func (sc *sessionCall) again() error {
+	ss, j := sc.ss, sc.j
+	if sc.wrote != nil {
+		// The job's write ends before init empties the job pipe for the
+		// fresh interpreter: none of it is left for that one to read.
+		_ = ss.st.p.jobW.SetWriteDeadline(time.Now())
+		<-sc.wrote
+		sc.wrote = nil
+	}
+	if sc.lostBefore == "" {
+		sc.lostBefore = spec.LostExited
+		if sc.exit.Signal != 0 {
+			sc.lostBefore = spec.LostCrashed
+		}
+	}
+	sc.exit = nil
+	ss.restart() // the session stays thawed: init and the fresh runner
+	if ss.isEnded() {
+		return nil // wait returns at once
+	}
+	sc.fresh = true
+	if err := sc.encode(); err != nil {
+		sc.committed = false // nothing of the call ran
+		return err
+	}
+	// What the old interpreter wrote is no part of the call.
+	ss.stdout.Sync(syncWait)
+	ss.stderr.Sync(syncWait)
+	sc.attach()
+	ss.mu.Lock()
+	sc.cs.records = nil
+	ss.fresh = false // this job carries the rlimits
+	ss.mu.Unlock()
+	j.ResetPeak()
+	sc.base = j.Stats()
+	sc.send()
+	return nil
 }
 
 // endRecord takes the call's end record. After a SIGKILL, init's exit

@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -59,6 +58,7 @@ type Session struct {
 
 	ctl            *runner.Control // init's control channel
 	stdout, stderr *runner.Stream
+	records        *recordsPipe
 	events         chan runner.Report // init's reports
 	interrupt      chan struct{}
 
@@ -131,6 +131,10 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 		return nil, errors.New("session jail has no control pipe")
 	}
 	ctl := runner.NewControl(st.p.ctlW, st.p.statR)
+	records, err := newRecordsPipe(st.p.recR)
+	if err != nil {
+		return nil, fmt.Errorf("session records: %w", err)
+	}
 	// Session mode before anything can end the runner.
 	if err := ctl.SessionMode(); err != nil {
 		return nil, fmt.Errorf("session mode: %w", err)
@@ -140,6 +144,7 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 		ctl:       ctl,
 		stdout:    runner.NewStream(st.p.stdoutR),
 		stderr:    runner.NewStream(st.p.stderrR),
+		records:   records,
 		events:    make(chan runner.Report, 8),
 		interrupt: make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -159,7 +164,7 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 	st.p.stdinW = nil
 	go ss.stdout.Run()
 	go ss.stderr.Run()
-	go ss.readRecords(st.p.recR)
+	go ss.records.readLines(ss.deliverRecord)
 	go ss.readReports()
 	go func() {
 		<-st.j.Done()
@@ -340,22 +345,10 @@ func (ss *Session) readReports() {
 	}
 }
 
-// readRecords gives the call in progress its records, each line bounded,
-// and its end record (by call number: a late or forged end of another
-// call is dropped). Records between calls are dropped.
-func (ss *Session) readRecords(f *os.File) {
-	r := bufio.NewReaderSize(f, 64<<10)
-	for {
-		line, err := runner.ReadBoundedLine(r, runner.MaxRecordBytes)
-		if len(line) > 0 {
-			ss.deliverRecord(line)
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
+// deliverRecord gives the call in progress its records, each line bounded
+// (recordsPipe.readLines), and its end record (by call number: a late or
+// forged end of another call is dropped). Records between calls are
+// dropped.
 func (ss *Session) deliverRecord(line []byte) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

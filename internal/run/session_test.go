@@ -5,11 +5,15 @@ package run
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/jail"
@@ -323,4 +327,90 @@ func TestSessionInterpreterEndedBeforeTheFreeze(t *testing.T) {
 	if b := ss.st.j.Stats().CPU; b-a > 50*time.Millisecond {
 		t.Errorf("the session ran %v between calls", b-a)
 	}
+}
+
+// An interpreter that ended after its call's end record, its exit report
+// held by the freeze until the next call thawed the jail: that call's job
+// went to the dead interpreter. Made from the host: init stopped (SIGSTOP
+// reaches a pid namespace's init from outside) while the interpreter
+// ends, and let go only as the next call thaws the jail, after that
+// call's look for a loss found before it.
+func TestSessionInterpreterEndedBeforeItsReport(t *testing.T) {
+	ss := newTestSession(t)
+	call(t, ss, "x = 1\nimport os, threading\nthreading.Timer(0.3, os._exit, (0,)).start()")
+	pid1 := jailInit(t, ss.ID())
+	if err := ss.st.j.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.st.j.Signal(unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// init stopped, its children (the interpreter) dead and unreaped.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		kids := strings.Fields(readProc(fmt.Sprintf("/proc/%d/task/%d/children", pid1, pid1)))
+		zombies := 0
+		for _, k := range kids {
+			if procState(readProc("/proc/"+k+"/stat")) == 'Z' {
+				zombies++
+			}
+		}
+		if procState(readProc(fmt.Sprintf("/proc/%d/stat", pid1))) == 'T' && len(kids) > 0 && zombies == len(kids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init not stopped with its interpreter dead: children %v", kids)
+		}
+	}
+	if len(ss.events) != 0 {
+		t.Fatal("init reported while stopped")
+	}
+	cont := func(c *Call) {
+		c.OnStart = func(string, bool) {
+			if err := ss.st.j.Signal(unix.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	r := call(t, ss, "print('ran', 'x' in globals())\n41 + 1", cont)
+	if r.Ended || r.Status != spec.StatusOK || string(r.Stdout) != "ran False\n42\n" || r.ResultRepr == nil || *r.ResultRepr != "42" || !r.StateLost || r.LostReason != spec.LostExited || r.Count != 2 {
+		t.Fatalf("the call whose job went to the dead interpreter: %+v stdout %q stderr %s", r, r.Stdout, r.Stderr)
+	}
+	r = call(t, ss, "x = 2\nx")
+	if r.Ended || r.StateLost || r.ResultRepr == nil || *r.ResultRepr != "2" || r.Count != 3 {
+		t.Fatalf("the next call: %+v stderr %s", r, r.Stderr)
+	}
+}
+
+// jailInit is the host pid of the jail's init: the process of its cgroup
+// that is pid 1 of its pid namespace.
+func jailInit(t *testing.T, id string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !strings.Contains(readProc("/proc/"+e.Name()+"/cgroup"), id) {
+			continue
+		}
+		for _, l := range strings.Split(readProc("/proc/"+e.Name()+"/status"), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no init found for jail %s", id)
+	return 0
+}
+
+func readProc(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+// procState is the state letter of a /proc/PID/stat line; 0 without one.
+func procState(stat string) byte {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 || len(stat) < i+3 {
+		return 0
+	}
+	return stat[i+2]
 }
