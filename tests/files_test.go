@@ -234,24 +234,7 @@ func fsCheckStoreHolds(t *testing.T, d *daemon, fileIDs ...string) {
 // returns the status, the headers and the body.
 func fsNobody(t *testing.T, d *daemon, method, path string, args ...string) (int, http.Header, []byte) {
 	t.Helper()
-	// --raw: curl -i prints the headers as sent (Transfer-Encoding:
-	// chunked, say) but would decode the body they describe.
-	argv := append([]string{"-s", "-i", "--raw", "-H", "Expect:", "--unix-socket", d.Socket, "-X", method, "http://jaild" + path}, args...)
-	cmd := exec.Command("curl", argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("curl as uid 65534 %s %s: %v", method, path, err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-	if err != nil {
-		t.Fatalf("curl output: %v\n%s", err, out)
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("curl output's body: %v\n%q", err, out)
-	}
-	return resp.StatusCode, resp.Header, b
+	return curlAsNobody(t, nil, append([]string{"-H", "Expect:", "--unix-socket", d.Socket, "-X", method, "http://jaild" + path}, args...)...)
 }
 
 // fsNobodyUpload stores data as uid 65534 (curl --data-binary from a file in

@@ -2,12 +2,10 @@ package tests
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os/exec"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,56 +31,12 @@ func budgetCases() []hcase {
 	}
 }
 
-// budgetRSSKB is the daemon's resident set in KiB.
-func budgetRSSKB(t *testing.T, d *daemon) int64 { return procStatusKB(t, d.Cmd.Process.Pid, "VmRSS") }
-
-// inUse is the memory budget's in_use_bytes.
-func budgetInUse(t *testing.T, d *daemon) int64 {
-	t.Helper()
-	var info api.Info
-	if status, _ := d.call(t, "GET", "/v1/info", nil, &info); status != 200 {
-		t.Fatalf("info: HTTP %d", status)
-	}
-	return info.Memory.InUseBytes
-}
-
-// budgetPrint1 runs print(1) as root (an admin) and returns how long it took
-// and its status (an error body on a refusal).
-func budgetPrint1(t *testing.T, d *daemon) (time.Duration, int, string) {
-	t.Helper()
-	var raw json.RawMessage
-	start := time.Now()
-	status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &raw)
-	return time.Since(start), status, string(raw)
-}
-
-// budgetControl is the median of three print(1)s before an attack.
-func budgetControl(t *testing.T, d *daemon) time.Duration {
-	t.Helper()
-	var took []time.Duration
-	for range 3 {
-		d, status, body := budgetPrint1(t, d)
-		if status != 200 {
-			t.Fatalf("control print(1): HTTP %d %s", status, body)
-		}
-		took = append(took, d)
-	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	return took[1]
-}
-
-// budgetLatencyBound is what a print(1) during an attack may take: generous
-// factors over the control measured on this host, and an absolute bound.
-func budgetLatencyBound(control time.Duration) time.Duration {
-	return min(max(5*control, control+2*time.Second), 10*time.Second)
-}
-
 func runInterruptBodies(t *testing.T, h *hostile) string {
 	ss := h.sessions(t)
 	defer ss.closeAll()
 	live := ss.open(api.SessionCreateRequest{})
-	control := budgetControl(t, h.d)
-	rss0, use0 := budgetRSSKB(t, h.d), budgetInUse(t, h.d)
+	control := print1Control(t, h.d)
+	rss0, use0 := vmRSS(h.d.Cmd.Process.Pid)>>10, inUseBytes(t, h.d)
 
 	const conns, bodyBytes = 32, 4 << 20 // max_body_bytes of the test daemons
 	type answer struct {
@@ -122,8 +76,8 @@ func runInterruptBodies(t *testing.T, h *hostile) string {
 	}
 	wg.Wait()
 	time.Sleep(500 * time.Millisecond) // the daemon reads what it will
-	rss1, use1 := budgetRSSKB(t, h.d), budgetInUse(t, h.d)
-	took, status, body := budgetPrint1(t, h.d)
+	rss1, use1 := vmRSS(h.d.Cmd.Process.Pid)>>10, inUseBytes(t, h.d)
+	took, status, body := timedPrint1(t, h.d)
 	for i, c := range cs {
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		line, _ := bufio.NewReader(c).ReadString('\n')
@@ -146,7 +100,7 @@ func runInterruptBodies(t *testing.T, h *hostile) string {
 	if status != 200 {
 		t.Errorf("print(1) during the attack: HTTP %d %s", status, body)
 	}
-	if bound := budgetLatencyBound(control); took > bound {
+	if bound := print1Bound(control); took > bound {
 		t.Errorf("print(1) during the attack took %v, bound %v (control %v)", took, bound, control)
 	}
 	// 32 stalled bodies of 4 MiB held 128-256 MiB before the fix; a body
@@ -195,8 +149,8 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 		h.extraParents = nil
 		_ = d.Stop()
 	}()
-	control := budgetControl(t, d)
-	rss0, use0 := budgetRSSKB(t, d), budgetInUse(t, d)
+	control := print1Control(t, d)
+	rss0, use0 := vmRSS(d.Cmd.Process.Pid)>>10, inUseBytes(t, d)
 
 	// Each run's worst case is 2 x 16 MiB of output and 32 MiB of figures,
 	// less a little for its body: a non-admin uid's half of the budget.
@@ -210,7 +164,7 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	}()
 	var peak int64
 	waitFor(t, 30*time.Second, "both runs to reserve their worst case", func() bool {
-		peak = max(peak, budgetInUse(t, d))
+		peak = max(peak, inUseBytes(t, d))
 		return peak >= 100<<20
 	})
 	// Both runs end at once (max_concurrent 2); their leases are then the
@@ -219,14 +173,14 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	shrunk := false
 	var use1 int64
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if use1 = budgetInUse(t, d); use1 <= 2*(out+1<<20) {
+		if use1 = inUseBytes(t, d); use1 <= 2*(out+1<<20) {
 			shrunk = true
 			ended = time.Now()
 			break
 		}
 	}
-	rss1 := budgetRSSKB(t, d)
-	took, status, rbody := budgetPrint1(t, d)
+	rss1 := vmRSS(d.Cmd.Process.Pid) >> 10
+	took, status, rbody := timedPrint1(t, d)
 	// Each reader is then dropped within write_timeout plus its bytes at
 	// write_min_rate_kib (a socket buffer or two: well under a second at
 	// 1 MiB/s). The clients cannot tell (curl still reads what the kernel
@@ -235,7 +189,7 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	// up on the client.
 	var use2 int64
 	for deadline := time.Now().Add(writeTimeout + 10*time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if use2 = budgetInUse(t, d); use2 == 0 {
+		if use2 = inUseBytes(t, d); use2 == 0 {
 			break
 		}
 	}
@@ -250,7 +204,7 @@ func runSlowReaders(t *testing.T, h *hostile) string {
 	if status != 200 {
 		t.Errorf("the admin's print(1) while the slow readers hold their responses: HTTP %d %s", status, rbody)
 	}
-	if bound := budgetLatencyBound(control); took > bound {
+	if bound := print1Bound(control); took > bound {
 		t.Errorf("the admin's print(1) took %v, bound %v (control %v)", took, bound, control)
 	}
 	if !dropped {

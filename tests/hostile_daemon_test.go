@@ -132,30 +132,6 @@ func holdConns(t *testing.T, socket string, n int, hold time.Duration) (*exec.Cm
 	return cmd, strings.TrimSpace(line)
 }
 
-// curlAs runs curl against the socket as uid 65534 and returns the HTTP
-// status, the headers and the body.
-func curlAs(t *testing.T, socket, method, path, body string) (int, http.Header, []byte) {
-	t.Helper()
-	// --raw: -i prints the headers as sent (Transfer-Encoding: chunked)
-	// and, without it, a body already decoded, which ReadResponse misreads.
-	args := []string{"-s", "-i", "--raw", "--unix-socket", socket, "-X", method, "http://jaild" + path}
-	if body != "" {
-		args = append(args, "-H", "Content-Type: application/json", "-d", body)
-	}
-	cmd := exec.Command("curl", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("curl as uid 65534: %v", err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-	if err != nil {
-		t.Fatalf("curl output: %v\n%s", err, out)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
-}
-
 // errCase: a body the daemon must refuse with the one error shape.
 func errCase(id, title, method, path, body string, status int, typ, mentions string) hcase {
 	return hcase{id: id, cat: catDaemon, title: title,

@@ -127,15 +127,6 @@ func (e *listenerEnv) print1(t *testing.T, c *tlsClient) time.Duration {
 	return took
 }
 
-// inUse is the memory budget's bytes in use (GET /v1/info on the socket).
-func (e *listenerEnv) inUse(t *testing.T) int64 {
-	var info api.Info
-	if status, _ := e.d.call(t, "GET", "/v1/info", nil, &info); status != 200 {
-		t.Errorf("info: HTTP %d", status)
-	}
-	return info.Memory.InUseBytes
-}
-
 // median of three measures of f.
 func median3(f func() time.Duration) time.Duration {
 	v := []time.Duration{f(), f(), f()}
@@ -201,7 +192,7 @@ func latencyBound(t *testing.T, what string, control, got time.Duration) {
 // attack stay near what they were before it.
 func memoryBound(t *testing.T, e *listenerEnv, rss0, use0 int64) {
 	t.Helper()
-	rss, use := vmRSS(e.d.Cmd.Process.Pid), e.inUse(t)
+	rss, use := vmRSS(e.d.Cmd.Process.Pid), inUseBytes(t, e.d)
 	if rss > rss0+64<<20 || rss == 0 {
 		t.Errorf("daemon RSS %d MiB under attack, %d MiB before (bound: +64 MiB)", rss>>20, rss0>>20)
 	}
@@ -216,7 +207,7 @@ func runTLSSlowloris(t *testing.T, h *hostile) string {
 	defer end()
 	alice := e.client(e.alice)
 	control := median3(func() time.Duration { return e.print1(t, alice) })
-	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), e.inUse(t)
+	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), inUseBytes(t, e.d)
 
 	// From another address than the client's (127.0.0.2): between
 	// connections of one address, a client is told from a stranger only
@@ -246,7 +237,7 @@ func runTLSOneClientHoldsAll(t *testing.T, h *hostile) string {
 	defer end()
 	alice := e.client(e.alice)
 	control := median3(func() time.Duration { return e.print1(t, alice) })
-	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), e.inUse(t)
+	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), inUseBytes(t, e.d)
 
 	// bob opens 2 × max_connections connections, one request on each, and
 	// keeps them.
@@ -317,7 +308,7 @@ func runMetricsSlowloris(t *testing.T, h *hostile) string {
 		return time.Since(start)
 	}
 	control := median3(scrape)
-	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), e.inUse(t)
+	rss0, use0 := vmRSS(e.d.Cmd.Process.Pid), inUseBytes(t, e.d)
 
 	stop := make(chan struct{})
 	// From another address than the scraper's, as in H30.

@@ -1,17 +1,13 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,45 +28,25 @@ func mcpCases() []hcase {
 	}
 }
 
-// mcpAttackBaseline is what H40 and H41 measure before their attack: the
-// daemon's RSS, the budget's in_use_bytes and another caller's print(1)
-// latency (the best of three).
-type mcpAttackBaseline struct {
-	rss, inUse int64
-	print1     time.Duration
-}
-
-func (h *hostile) mcpBaseline(t *testing.T) mcpAttackBaseline {
-	t.Helper()
-	b := mcpAttackBaseline{rss: vmRSS(h.d.Cmd.Process.Pid), inUse: h.info(t).Memory.InUseBytes, print1: time.Hour}
-	for range 3 {
-		start := time.Now()
-		h.print1(t)
-		b.print1 = min(b.print1, time.Since(start))
-	}
-	return b
-}
-
-// mcpAttackBounds measures the same during the attack (while jailctl mcp
-// still serves) and holds it to the baseline: RSS within 64 MiB of it
+// mcpAttackBounds measures the daemon during the attack (while jailctl
+// mcp still serves) and holds it to the control: RSS within 64 MiB of it
 // (jailctl is a process of its own; the daemon only answers its info and
-// runs), nothing left reserved in the budget, print(1) within 5 times the
-// baseline plus 2 s. It returns the figures for the report.
-func (h *hostile) mcpAttackBounds(t *testing.T, b mcpAttackBaseline) string {
+// runs), nothing left reserved in the budget, print(1) within print1Bound.
+func (h *hostile) mcpAttackBounds(t *testing.T, b loadSample) string {
 	t.Helper()
-	rss := vmRSS(h.d.Cmd.Process.Pid)
-	inUse := h.info(t).Memory.InUseBytes
-	start := time.Now()
-	h.print1(t)
-	lat := time.Since(start)
+	rss, inUse := vmRSS(h.d.Cmd.Process.Pid), inUseBytes(t, h.d)
+	lat, status, body := timedPrint1(t, h.d)
 	if rss > b.rss+64<<20 {
-		t.Errorf("daemon RSS %d MiB during the attack, baseline %d MiB: want at most 64 MiB more", rss>>20, b.rss>>20)
+		t.Errorf("daemon RSS %d MiB during the attack, control %d MiB: want at most 64 MiB more", rss>>20, b.rss>>20)
 	}
 	if inUse > b.inUse {
-		t.Errorf("budget in_use_bytes %d after the attack's requests ended, baseline %d", inUse, b.inUse)
+		t.Errorf("budget in_use_bytes %d after the attack's requests ended, control %d", inUse, b.inUse)
 	}
-	if limit := 5*b.print1 + 2*time.Second; lat > limit {
-		t.Errorf("another caller's print(1) took %v during the attack, baseline %v: want at most %v", lat, b.print1, limit)
+	if status != 200 {
+		t.Errorf("another caller's print(1) during the attack: HTTP %d %s", status, body)
+	}
+	if limit := print1Bound(b.print1); lat > limit {
+		t.Errorf("another caller's print(1) took %v during the attack, control %v: want at most %v", lat, b.print1, limit)
 	}
 	return "daemon RSS, in_use_bytes and another caller's print(1) within the bounds of the baseline"
 }
@@ -80,7 +56,7 @@ func (h *hostile) mcpAttackBounds(t *testing.T, b mcpAttackBaseline) string {
 // the status, the headers and the body. headers are more, "Name: value".
 func curlMCPAs(t *testing.T, method, url, auth, body string, headers ...string) (int, http.Header, []byte) {
 	t.Helper()
-	args := []string{"-s", "-i", "--raw", "--max-time", "20", "-X", method, url,
+	args := []string{"--max-time", "20", "-X", method, url,
 		"-H", "Accept: application/json, text/event-stream", "-H", "Mcp-Protocol-Version: 2025-11-25"}
 	if auth != "" {
 		args = append(args, "-H", "Authorization: "+auth)
@@ -91,18 +67,7 @@ func curlMCPAs(t *testing.T, method, url, auth, body string, headers ...string) 
 	if body != "" {
 		args = append(args, "-H", "Content-Type: application/json", "--data-binary", body)
 	}
-	cmd := exec.Command("curl", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("curl %s %s as uid 65534: %v", method, url, err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-	if err != nil {
-		t.Fatalf("curl output: %v\n%s", err, out)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
+	return curlAsNobody(t, nil, args...)
 }
 
 const (
@@ -121,7 +86,7 @@ func mcpMarkerCall(code string) string {
 func runMCPNoToken(t *testing.T, h *hostile) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	base := h.mcpBaseline(t)
+	base := sampleLoad(t, h.d)
 	s := startMCPHTTPFor(t, h.d.Socket)
 	defer s.stop(t)
 	origin := strings.TrimSuffix(s.url, "/mcp")
@@ -219,7 +184,7 @@ func runMCPNoToken(t *testing.T, h *hostile) string {
 func runMCPForeignSession(t *testing.T, h *hostile) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	base := h.mcpBaseline(t)
+	base := sampleLoad(t, h.d)
 
 	// root, who starts jailctl mcp, has a session of its own, opened on
 	// the socket.
@@ -266,8 +231,9 @@ func runMCPForeignSession(t *testing.T, h *hostile) string {
 		t.Errorf("run_python in its own session: %q", text(res))
 	}
 	measured := h.mcpAttackBounds(t, base)
+	// The session's id differs in every run: the report names it SESSION.
 	return fmt.Sprintf("not listed; run_python: %q; close_session refused; the session stayed idle with 0 calls; its own session ran; %s",
-		firstLine(text(run)), measured)
+		strings.ReplaceAll(firstLine(text(run)), sess.SessionID, "SESSION"), measured)
 }
 
 func firstLine(s string) string {

@@ -8,17 +8,13 @@ package tests
 // reservation is back to zero once every session ended.
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,28 +61,24 @@ func (h *hostile) memDaemon(t *testing.T) (*daemon, func()) {
 	}
 }
 
-// memSample is what the case measures: the daemon's RSS, the request
-// budget's in_use_bytes, the sessions' reserved memory, and how long
-// another caller's print(1) took.
+// memSample is what the case measures: a loadSample (one print(1), not
+// a median) and the sessions' reserved memory.
 type memSample struct {
-	rss, inUse, reserved int64
-	print1               time.Duration
+	loadSample
+	reserved int64
 }
 
 func sampleMem(t *testing.T, d *daemon) memSample {
 	t.Helper()
-	start := time.Now()
-	var r api.ExecuteResponse
-	status, _ := d.call(t, "POST", "/v1/execute", `{"code":"print(1)"}`, &r)
-	took := time.Since(start)
-	if status != http.StatusOK || r.Status != "ok" || r.Stdout != "1\n" {
-		t.Errorf("another caller's print(1): HTTP %d %+v", status, r)
+	took, status, body := timedPrint1(t, d)
+	if status != http.StatusOK {
+		t.Errorf("another caller's print(1): HTTP %d %s", status, body)
 	}
 	var info api.Info
 	if status, _ := d.call(t, "GET", "/v1/info", nil, &info); status != http.StatusOK {
 		t.Fatalf("info: HTTP %d", status)
 	}
-	return memSample{rss: vmRSS(d.Cmd.Process.Pid), inUse: info.Memory.InUseBytes, reserved: info.Sessions.MemoryReservedBytes, print1: took}
+	return memSample{loadSample{rss: vmRSS(d.Cmd.Process.Pid), inUse: info.Memory.InUseBytes, print1: took}, info.Sessions.MemoryReservedBytes}
 }
 
 // worst is the slowest print(1) of three and the largest of the rest.
@@ -121,26 +113,6 @@ func createdOf(status int, body []byte) created {
 	return c
 }
 
-// curlAsNobody is curlAs for a goroutine: it returns its error.
-func curlAsNobody(socket, method, path, body string) (int, []byte, error) {
-	args := []string{"-s", "-i", "--raw", "--unix-socket", socket, "-X", method, "http://jaild" + path}
-	if body != "" {
-		args = append(args, "-H", "Content-Type: application/json", "-d", body)
-	}
-	cmd := exec.Command("curl", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
-	out, err := cmd.Output()
-	if err != nil {
-		return 0, nil, fmt.Errorf("curl as uid %d: %w", nobodyUID, err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, nil
-}
-
 // flood sends n creations of body at once, as uid 65534 or as root, and
 // returns their answers, the sessions first.
 func flood(t *testing.T, d *daemon, nobody bool, n int, body string) []created {
@@ -150,7 +122,7 @@ func flood(t *testing.T, d *daemon, nobody bool, n int, body string) []created {
 	for i := range n {
 		wg.Go(func() {
 			if nobody {
-				status, b, err := curlAsNobody(d.Socket, "POST", "/v1/sessions", body)
+				status, _, b, err := curlNobodyErr(nil, curlJSONArgs(d.Socket, "POST", "/v1/sessions", body)...)
 				if err != nil {
 					t.Errorf("create: %v", err)
 					return
@@ -260,7 +232,7 @@ func runSessionMemory(t *testing.T, h *hostile) string {
 	}
 	// Bounds from the control, generous, and absolute sanity bounds: the
 	// sessions' memory is their jails', never the daemon's.
-	if lim := max(4*before.print1, before.print1+3*time.Second); during.print1 > lim || during.print1 > 30*time.Second {
+	if lim := print1Bound(before.print1); during.print1 > lim {
 		t.Errorf("another caller's print(1) took %v with the sessions live, against %v before (bound %v)", during.print1, before.print1, lim)
 	}
 	if lim := before.rss + 64<<20; during.rss > lim || during.rss > 512<<20 {
@@ -282,7 +254,7 @@ type sessRef struct {
 func (s sessRef) request(t *testing.T, d *daemon, method, path, body string) (int, []byte) {
 	t.Helper()
 	if s.nobody {
-		status, b, err := curlAsNobody(d.Socket, method, path, body)
+		status, _, b, err := curlNobodyErr(nil, curlJSONArgs(d.Socket, method, path, body)...)
 		if err != nil {
 			t.Fatal(err)
 		}

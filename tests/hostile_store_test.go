@@ -223,26 +223,14 @@ func (h *hostile) onlyStored(t *testing.T, r *api.ExecuteResponse) {
 // response over a body it decoded).
 func curlNobody(t *testing.T, socket, method, p string, headers []string, body []byte) (int, http.Header, []byte) {
 	t.Helper()
-	args := []string{"-s", "-i", "--raw", "--path-as-is", "--unix-socket", socket, "-X", method, "-H", "Expect:"}
+	args := []string{"--path-as-is", "--unix-socket", socket, "-X", method, "-H", "Expect:"}
 	for _, hd := range headers {
 		args = append(args, "-H", hd)
 	}
 	if body != nil {
 		args = append(args, "--data-binary", "@-")
 	}
-	args = append(args, "http://jaild"+p)
-	cmd := exec.Command("curl", args...)
-	cmd.Stdin = bytes.NewReader(body)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
-	// A daemon that answers before the whole body is sent may make curl
-	// fail to send the rest; the answer is what counts.
-	out, cerr := cmd.Output()
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(out)), nil)
-	if err != nil {
-		t.Fatalf("curl %s %s as uid 65534: %v; output %s", method, short(p), cerr, short(string(out)))
-	}
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
+	return curlAsNobody(t, body, append(args, "http://jaild"+p)...)
 }
 
 // nobodyExec runs an execute request as uid 65534 and returns its 200
