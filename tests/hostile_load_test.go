@@ -65,7 +65,8 @@ func print1Control(t *testing.T, d *daemon) time.Duration {
 }
 
 // print1Bound is what a print(1) during an attack may take: generous
-// factors over the control measured on this host, and an absolute bound.
+// factors over the control measured on this host, and an absolute bound
+// (the tightest of the bounds the cases had before they shared this).
 func print1Bound(control time.Duration) time.Duration {
-	return min(max(5*control, control+3*time.Second), 30*time.Second)
+	return min(max(4*control, control+2*time.Second), 10*time.Second)
 }
