@@ -70,3 +70,24 @@ func print1Control(t *testing.T, d *daemon) time.Duration {
 func print1Bound(control time.Duration) time.Duration {
 	return min(max(4*control, control+2*time.Second), 10*time.Second)
 }
+
+// holdLoad measures d again (one print(1)) and holds it to before: the
+// daemon's RSS at most 64 MiB more, in_use_bytes at most 16 MiB more, the
+// print(1) served within print1Bound.
+func holdLoad(t *testing.T, d *daemon, before loadSample) {
+	t.Helper()
+	took, status, body := timedPrint1(t, d)
+	rss, inUse := vmRSS(d.Cmd.Process.Pid), inUseBytes(t, d)
+	if status != 200 {
+		t.Errorf("another caller's print(1): HTTP %d %s", status, body)
+	}
+	if limit := print1Bound(before.print1); took > limit {
+		t.Errorf("another caller's print(1) took %v, control %v: want at most %v", took, before.print1, limit)
+	}
+	if rss > before.rss+64<<20 {
+		t.Errorf("daemon RSS %d MiB, control %d MiB: want at most 64 MiB more", rss>>20, before.rss>>20)
+	}
+	if inUse > before.inUse+16<<20 {
+		t.Errorf("in_use_bytes %d, control %d: want at most 16 MiB more", inUse, before.inUse)
+	}
+}
