@@ -755,7 +755,10 @@ print('forked')`, marker)})
 		var r *result
 		var rerr error
 		wg.Go(func() {
-			c, b, err := call("POST", "/v1/execute", map[string]any{"code": "import time\ntime.sleep(5)\nprint('finished')"})
+			// Its own timeout well past the sleep: under software emulation
+			// a cold jail's start and the sleep took more than the default
+			// 10 s, and the run timed out with the stop's grace to spare.
+			c, b, err := call("POST", "/v1/execute", map[string]any{"code": "import time\ntime.sleep(5)\nprint('finished')", "limits": map[string]any{"timeout_ms": 60000}})
 			if err == nil && c != 200 {
 				err = fmt.Errorf("%d %s", c, b)
 			}
