@@ -56,6 +56,12 @@ type Config struct {
 	// (see favorDynmods): a jail starts ~10 ms sooner. Failing to set it
 	// is logged, not fatal.
 	FavorDynmods bool
+	// CRIU is the criu program jails are checkpointed and restored with
+	// (checkpoint.go); "" means no checkpoints (ErrCheckpointsOff).
+	CRIU string
+	// CheckpointKey signs checkpoints (HMAC-SHA256): a restore refuses
+	// one this key did not sign. At least 32 bytes when CRIU is set.
+	CheckpointKey []byte
 }
 
 // emptyDir, in RunDir, is the empty second layer of every jail's root.
@@ -114,6 +120,7 @@ type Engine struct {
 	imageSeq        int            // names the mountpoints of added images
 	live            sync.WaitGroup // jails created and not destroyed yet
 	dynmods         string         // the cgroup hierarchy whose favordynmods this engine set
+	criu            *criuSetup     // nil: no checkpoints
 
 	// The daemon's memory.high (LimitDaemonMemory): its own allowance
 	// plus the tmpfs size of every live jail. Files the daemon writes into
@@ -185,6 +192,9 @@ func New(cfg Config) (_ *Engine, retErr error) {
 		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, err
 		}
+	}
+	if err := e.setupCRIU(); err != nil {
+		return nil, err
 	}
 	if cgroups.IsCgroup2UnifiedMode() {
 		if e.v2Base, err = prepareCgroupV2(); err != nil {

@@ -50,6 +50,8 @@ func runTests(m *testing.M) int {
 		CgroupName:     "jaild-jail-test-" + strconv.Itoa(os.Getpid()),
 		HostIDBase:     hostIDBase(),
 		FavorDynmods:   true, // only this package's engine: TestFavorDynmods checks it set it
+		CRIU:           testCRIU(),
+		CheckpointKey:  []byte("jail tests' checkpoint key, 32 bytes or more"),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", imageDir, err)
@@ -75,4 +77,13 @@ func hostIDBase() uint32 {
 		return 1_600_000_000
 	}
 	return 1_500_000_000
+}
+
+// testCRIU is the criu the tests checkpoint with: $JAILD_CRIU, else what
+// `make deps` fetched (deploy/criu/fetch.sh).
+func testCRIU() string {
+	if p := os.Getenv("JAILD_CRIU"); p != "" {
+		return p
+	}
+	return "/var/cache/jaild/criu/current/bin/criu"
 }

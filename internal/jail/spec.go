@@ -95,6 +95,11 @@ func (e *Engine) config(j *Jail, l Limits) (*configs.Config, error) {
 		// Fail closed: never start a jail without the filter.
 		return nil, fmt.Errorf("jail config: seccomp filter missing")
 	}
+	if e.criu != nil {
+		// CRIU's configuration for this jail (checkpoint.go), in its run
+		// directory.
+		cfg.Labels = append(cfg.Labels, "org.criu.config="+filepath.Join(runDir, criuConfName))
+	}
 	// specconv adds a loopback "network" for the new net namespace; bringing
 	// it up is libcontainer's job inside the jail.
 	return cfg, nil

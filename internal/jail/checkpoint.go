@@ -1,0 +1,682 @@
+package jail
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/jaild/jaild/internal/errdefs"
+)
+
+// Checkpoints: a jail's processes, memory and workspace written to disk
+// by CRIU through libcontainer's Checkpoint, and restored by its Restore
+// into a new jail of its own (its own host id range, cgroup, run
+// directory). The layout of a checkpoint directory, written to a
+// temporary name, fsynced and renamed (a kill at any moment leaves the
+// old checkpoint or the new one, never a half):
+//
+//	images/         CRIU's images (libcontainer's descriptors.json among them)
+//	workspace.tar   the jail's tmpfs: the workspace, /tmp and MetaDir
+//	meta.json       CheckpointInfo
+//	digest          HMAC-SHA256 of all of the above with the engine's key
+//
+// A restore verifies the digest first: a checkpoint changed on disk is
+// refused. CRIU restores a user namespace with the id map it dumped; the
+// restore rewrites the map (in a scratch copy of the images: the
+// checkpoint itself is never changed) to the new jail's host id range.
+//
+// libcontainer hands CRIU the new pipes of fds 0-2 only. A jail's extra
+// files (the runner's job and records pipes, init's control and status
+// pipes) are pipes too: CRIU replaces them (--inherit-fd, keyed by the
+// old pipe's inode) with fds that a wrapper of criu, first on the
+// daemon's PATH while a restore runs, opens from the daemon's own fds
+// before it executes the real criu. Restores are one at a time
+// (criuMu): the wrapper's instructions are one file.
+
+// CheckpointInfo is what a checkpoint records beside CRIU's images.
+type CheckpointInfo struct {
+	// Image is the name of the jail's image ("" the default one).
+	Image string `json:"image"`
+	// Limits are the jail's limits at the checkpoint.
+	Limits Limits `json:"limits"`
+	// IDBase is the host id of the jail's uid 0 when it was dumped.
+	IDBase uint32 `json:"id_base"`
+	// Pipes are the CRIU keys ("pipe:[inode]") of the jail's extra files,
+	// fd 3 onwards.
+	Pipes []string `json:"pipes"`
+	// Bytes is the checkpoint's size on disk.
+	Bytes int64 `json:"bytes"`
+	// Created is when it was written.
+	Created time.Time `json:"created"`
+}
+
+// Checkpoint errors. A checkpoint that CRIU cannot make (what the jail
+// holds: a socket to the outside, io_uring, ...) is ErrCheckpointRefused,
+// and the jail keeps running.
+var (
+	ErrCheckpointsOff     = errdefs.New(errdefs.ErrUnavailable, "checkpoints are not available on this host")
+	ErrCheckpointRefused  = errors.New("the jail's state cannot be checkpointed")
+	ErrCheckpointTampered = errors.New("checkpoint does not verify")
+)
+
+const (
+	imagesName    = "images"
+	workspaceName = "workspace.tar"
+	metaName      = "meta.json"
+	digestName    = "digest"
+	criuConfName  = "criu.conf"
+)
+
+// criuMu serializes every CRIU run of this process: the wrapper's
+// inherit file and PATH are the process's.
+var criuMu sync.Mutex
+
+// criuSetup is the CRIU of an engine: the wrapper's directory.
+type criuSetup struct {
+	real string // the configured criu program
+	dir  string // holds the wrapper "criu" and, during a restore, "inherit"
+}
+
+// setupCRIU writes the wrapper of criu into RunDir/criu.
+func (e *Engine) setupCRIU() error {
+	if e.cfg.CRIU == "" {
+		return nil
+	}
+	if !filepath.IsAbs(e.cfg.CRIU) {
+		return fmt.Errorf("jail config: CRIU must be an absolute path, got %q", e.cfg.CRIU)
+	}
+	if len(e.cfg.CheckpointKey) < 32 {
+		return errors.New("jail config: CheckpointKey must have at least 32 bytes")
+	}
+	dir := filepath.Join(e.cfg.RunDir, "criu")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if strings.ContainsAny(dir+e.cfg.CRIU, "'\n") {
+		return fmt.Errorf("jail config: CRIU path %q or RunDir holds a quote", e.cfg.CRIU)
+	}
+	script := "#!/bin/sh\n# jaild's criu (internal/jail/checkpoint.go): a restore's inherited fds, then criu.\n" +
+		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; fi\n" +
+		"exec '" + e.cfg.CRIU + "' \"$@\"\n"
+	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
+		return err
+	}
+	e.criu = &criuSetup{real: e.cfg.CRIU, dir: dir}
+	return nil
+}
+
+// withCRIU runs f with the engine's wrapper first on PATH, one CRIU run
+// of the process at a time.
+func (e *Engine) withCRIU(inherit string, f func() error) error {
+	if e.criu == nil {
+		return ErrCheckpointsOff
+	}
+	criuMu.Lock()
+	defer criuMu.Unlock()
+	path := os.Getenv("PATH")
+	_ = os.Setenv("PATH", e.criu.dir+":"+path)
+	defer os.Setenv("PATH", path) //nolint:errcheck // restoring what it was
+	file := filepath.Join(e.criu.dir, "inherit")
+	if inherit != "" {
+		if err := writeFileSync(file, []byte(inherit), 0o600); err != nil {
+			return err
+		}
+		defer os.Remove(file)
+	}
+	return f()
+}
+
+// CRIUVersion asks the configured criu its version (criu --version).
+func (e *Engine) CRIUVersion() (string, error) {
+	if e.criu == nil {
+		return "", ErrCheckpointsOff
+	}
+	out, err := exec.Command(e.criu.real, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("criu --version: %w", err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "Version:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("criu --version said no version")
+}
+
+// Checkpoint writes the jail's state to dir (which must not exist): its
+// processes and memory (CRIU), and its tmpfs (the workspace, /tmp,
+// MetaDir). extra are the host's ends of the jail's extra files, fd 3
+// onwards, in order, whose pipes a restore replaces. The jail is frozen
+// first (its files are copied while nothing of it runs) and ends with
+// the dump: its first process is then seen ended (Done) and the caller
+// Destroys it. When the checkpoint cannot be made, nothing is left in
+// dir's place and the jail is left frozen, running as before once
+// thawed; errors of what the jail holds wrap ErrCheckpointRefused.
+func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retErr error) {
+	e := j.e
+	if e.criu == nil {
+		return CheckpointInfo{}, ErrCheckpointsOff
+	}
+	info := CheckpointInfo{Image: j.image.name, Limits: j.Limits(), IDBase: j.idBase, Created: time.Now().UTC()}
+	for _, f := range extra {
+		key, err := pipeKey(f)
+		if err != nil {
+			return CheckpointInfo{}, err
+		}
+		info.Pipes = append(info.Pipes, key)
+	}
+	if err := j.Freeze(); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("freeze: %w", err)
+	}
+	tmp := dir + ".tmp-" + randHex(6)
+	if err := os.Mkdir(tmp, 0o711); err != nil {
+		return CheckpointInfo{}, err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o711); err != nil { // umask-proof; see Restore
+		return CheckpointInfo{}, err
+	}
+	n, err := saveTree(j.runDir, filepath.Join(tmp, workspaceName), j.idBase, j.Limits().WorkspaceBytes)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	_ = n
+	images := filepath.Join(tmp, imagesName)
+	if err := os.Mkdir(images, 0o711); err != nil {
+		return CheckpointInfo{}, err
+	}
+	work := filepath.Join(tmp, "log")
+	err = e.withCRIU("", func() error {
+		return j.c.Checkpoint(&libcontainer.CriuOpts{
+			ImagesDirectory:   images,
+			WorkDirectory:     work,
+			ManageCgroupsMode: "soft",
+			TcpEstablished:    true,
+			FileLocks:         true,
+		})
+	})
+	if err != nil {
+		_ = j.Freeze() // as it was: CRIU thaws what it froze
+		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, criuReason(work, "dump.log"))
+	}
+	_ = os.RemoveAll(work)
+	if info.Bytes, err = dirBytes(tmp); err != nil {
+		return CheckpointInfo{}, err
+	}
+	meta, err := json.Marshal(info)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	if err := writeFileSync(filepath.Join(tmp, metaName), meta, 0o600); err != nil {
+		return CheckpointInfo{}, err
+	}
+	sum, err := digestDir(tmp, e.cfg.CheckpointKey, true)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	if err := writeFileSync(filepath.Join(tmp, digestName), []byte(sum), 0o600); err != nil {
+		return CheckpointInfo{}, err
+	}
+	if err := syncDir(tmp); err != nil {
+		return CheckpointInfo{}, err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return CheckpointInfo{}, err
+	}
+	return info, syncDir(filepath.Dir(dir))
+}
+
+// ReadCheckpoint verifies the checkpoint in dir and returns its record.
+func (e *Engine) ReadCheckpoint(dir string) (CheckpointInfo, error) {
+	if e.criu == nil {
+		return CheckpointInfo{}, ErrCheckpointsOff
+	}
+	want, err := os.ReadFile(filepath.Join(dir, digestName))
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	got, err := digestDir(dir, e.cfg.CheckpointKey, false)
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	if !hmac.Equal([]byte(got), want) {
+		return CheckpointInfo{}, ErrCheckpointTampered
+	}
+	var info CheckpointInfo
+	b, err := os.ReadFile(filepath.Join(dir, metaName))
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	return info, nil
+}
+
+// Restore makes a new jail from the checkpoint in dir: a jail of sp
+// (whose Image must be the checkpoint's) whose processes are the
+// checkpoint's, running, with p's files in place of the pipes the
+// checkpoint's jail had (p.Stdin, p.Stdout, p.Stderr and p.ExtraFiles in
+// the order of CheckpointInfo.Pipes). p.Args and p.Env are unused. The
+// checkpoint is verified first and left as it is (it can be restored
+// again).
+func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error) {
+	info, err := e.ReadCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.ExtraFiles) != len(info.Pipes) || len(p.ExtraFiles) > 4 {
+		return nil, fmt.Errorf("restore: %d extra files for a checkpoint of %d", len(p.ExtraFiles), len(info.Pipes))
+	}
+	j, err := e.Create(sp)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			j.Destroy()
+		}
+	}()
+	if err := restoreTree(filepath.Join(dir, workspaceName), j.runDir, j.idBase, j.Limits().WorkspaceBytes); err != nil {
+		return nil, fmt.Errorf("restore workspace: %w", err)
+	}
+	scratch := filepath.Join(dir, ".restore-"+j.id)
+	if err := linkImages(filepath.Join(dir, imagesName), scratch, info.IDBase, j.idBase); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	defer os.RemoveAll(scratch + "-log")
+	// The extra files on fds 6.. of criu (0-2 are stdio, 3 its socket, 4
+	// and 5 the namespaces libcontainer may pass), opened by the wrapper
+	// from this process's fds.
+	var inherit, conf strings.Builder
+	conf.WriteString(criuConf)
+	for i, f := range p.ExtraFiles {
+		fd := 6 + i
+		redir := "<"
+		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE == unix.O_WRONLY {
+			redir = ">"
+		}
+		fmt.Fprintf(&inherit, "exec %d%s/proc/%d/fd/%d\n", fd, redir, os.Getpid(), f.Fd())
+		fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", fd, info.Pipes[i])
+	}
+	if err := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(conf.String()), 0o600); err != nil {
+		return nil, err
+	}
+	proc := &libcontainer.Process{Init: true, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr}
+	j.mu.Lock()
+	j.started = true
+	j.mu.Unlock()
+	err = e.withCRIU(inherit.String(), func() error {
+		return j.c.Restore(proc, &libcontainer.CriuOpts{
+			ImagesDirectory:   scratch,
+			WorkDirectory:     scratch + "-log",
+			ManageCgroupsMode: "soft",
+			TcpEstablished:    true,
+			FileLocks:         true,
+		})
+	})
+	// The files of p are the restored processes' now; keep p's alive
+	// until here (their fds were read by the wrapper).
+	for _, f := range p.ExtraFiles {
+		runtimeKeep(f)
+	}
+	if err != nil {
+		j.exit = Exit{Code: -1, Err: err}
+		close(j.done)
+		return nil, fmt.Errorf("restore: %s", criuReason(scratch+"-log", "restore.log"))
+	}
+	j.holdMountNamespace(proc)
+	go func() {
+		ps, err := proc.Wait()
+		j.exit = exitOf(ps, err)
+		close(j.done)
+	}()
+	// libcontainer's Restore leaves the container without its first
+	// process's start time, so that it deems it stopped (no Signal, no
+	// Destroy of a running jail); loaded anew from its state, it has it.
+	c, err := libcontainer.Load(e.stateDir, j.id)
+	if err != nil {
+		j.Kill()
+		return nil, fmt.Errorf("load restored jail: %w", err)
+	}
+	j.c = c
+	state, err := j.c.State()
+	if err != nil {
+		return nil, fmt.Errorf("jail state: %w", err)
+	}
+	j.mu.Lock()
+	j.cgroups = state.CgroupPaths
+	j.mu.Unlock()
+	return j, nil
+}
+
+// criuConf is every jail's CRIU configuration (libcontainer passes it by
+// the org.criu.config label): a jail's network namespace is locked with
+// nftables, as the host may have no iptables.
+const criuConf = "network-lock nftables\n"
+
+func runtimeKeep(f *os.File) { _ = f.Fd() }
+
+// pipeKey is CRIU's name of the pipe f is an end of.
+func pipeKey(f *os.File) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return "", fmt.Errorf("extra file %s is not a pipe", f.Name())
+	}
+	return "pipe:[" + strconv.FormatUint(st.Ino, 10) + "]", nil
+}
+
+// criuReason is the last error CRIU logged, for the daemon's log and the
+// caller's reason, without CRIU's source locations.
+func criuReason(dir, file string) string {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return "criu left no log"
+	}
+	var last string
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.Index(l, "Error ("); i >= 0 {
+			msg := l[i:]
+			if k := strings.Index(msg, "): "); k >= 0 {
+				msg = msg[k+3:]
+			}
+			last = strings.TrimSpace(msg)
+		}
+	}
+	if last == "" {
+		return "criu failed"
+	}
+	return last
+}
+
+// linkImages makes scratch a copy of images (hard links) whose user
+// namespace image maps the jail's ids from newBase instead of oldBase.
+func linkImages(images, scratch string, oldBase, newBase uint32) error {
+	if err := os.Mkdir(scratch, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(scratch, 0o711); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(images)
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		name := ent.Name()
+		if !ent.Type().IsRegular() {
+			return fmt.Errorf("%w: %s is not a regular file", ErrCheckpointTampered, name)
+		}
+		src, dst := filepath.Join(images, name), filepath.Join(scratch, name)
+		if strings.HasPrefix(name, "userns-") && strings.HasSuffix(name, ".img") {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return err
+			}
+			out, err := remapUserns(b, oldBase, newBase)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(dst, out, 0o600); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Link(src, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// digestDir is the HMAC of every file beneath dir but the digest: each
+// one's relative name, size and contents, in lexical order. sync also
+// fsyncs each file (a checkpoint being written).
+func digestDir(dir string, key []byte, sync bool) (string, error) {
+	mac := hmac.New(sha256.New, key)
+	var names []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		switch {
+		case d.IsDir():
+			if strings.HasPrefix(d.Name(), ".restore-") {
+				return filepath.SkipDir
+			}
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", rel)
+		case rel == digestName:
+			return nil
+		}
+		names = append(names, rel)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	slices.Sort(names)
+	for _, rel := range names {
+		f, err := os.OpenFile(filepath.Join(dir, rel), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(mac, "%s\x00", rel)
+		n, err := io.Copy(mac, f)
+		if err == nil && sync {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(mac, "\x00%d\x00", n)
+	}
+	return hex.EncodeToString(mac.Sum(nil)), nil
+}
+
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+func writeFileSync(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ProbeCheckpoint checkpoints and restores a jail of its own, with the
+// image's /bin/sh, and checks that the restored shell has what it had
+// (a variable, a file in /tmp, its working directory, a pipe beyond
+// stdio) in a new jail of its own ids. nil means this host can
+// checkpoint jails; the error says why not. dir is a scratch directory
+// of the caller's, on the file system checkpoints will use.
+func (e *Engine) ProbeCheckpoint(dir string, timeout time.Duration) (retErr error) {
+	if e.criu == nil {
+		return ErrCheckpointsOff
+	}
+	deadline := time.Now().Add(timeout)
+	spec := Spec{Limits: DefaultLimits()}
+	spec.Limits.MemoryBytes = 128 << 20
+	spec.Limits.WorkspaceBytes = 1 << 20
+	spec.Limits.Pids = 8
+	// A counter kept in the shell, answered on fd 3.
+	script := `n=0; echo probe > /tmp/f; cd /tmp; while read l; do n=$((n+1)); echo "$n $l $(cat f) $(pwd)" >&3; done`
+	j, err := e.Create(spec)
+	if err != nil {
+		return err
+	}
+	defer j.Destroy()
+	p, err := newProbePipes()
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	if err := j.Start(Process{Args: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+		Stdin: p.inR, Stdout: p.nullW, Stderr: p.nullW, ExtraFiles: []*os.File{p.outW}}); err != nil {
+		return err
+	}
+	p.closeChild()
+	if err := p.ask("a", "1 a probe /tmp", deadline); err != nil {
+		return fmt.Errorf("before the checkpoint: %w", err)
+	}
+	cp := filepath.Join(dir, "probe-"+randHex(6))
+	defer os.RemoveAll(cp)
+	if _, err := j.Checkpoint(cp, []*os.File{p.outR}); err != nil {
+		return err
+	}
+	select {
+	case <-j.Done():
+	case <-time.After(time.Until(deadline)):
+		return errors.New("the checkpointed jail did not end")
+	}
+	// j keeps its host id range until the end: the restore must get
+	// another.
+	oldBase := j.idBase
+	q, err := newProbePipes()
+	if err != nil {
+		return err
+	}
+	defer q.close()
+	r, err := e.Restore(spec, cp, Process{Stdin: q.inR, Stdout: q.nullW, Stderr: q.nullW, ExtraFiles: []*os.File{q.outW}})
+	if err != nil {
+		return err
+	}
+	defer r.Destroy()
+	q.closeChild()
+	if err := q.ask("b", "2 b probe /tmp", deadline); err != nil {
+		return fmt.Errorf("after the restore: %w", err)
+	}
+	if r.idBase == oldBase {
+		return errors.New("the restored jail has the checkpoint's host ids")
+	}
+	return nil
+}
+
+type probePipes struct{ inR, inW, outR, outW, nullW *os.File }
+
+func newProbePipes() (*probePipes, error) {
+	p := &probePipes{}
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.nullW, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *probePipes) closeChild() {
+	for _, f := range []*os.File{p.inR, p.outW, p.nullW} {
+		f.Close()
+	}
+}
+
+func (p *probePipes) close() {
+	for _, f := range []*os.File{p.inR, p.inW, p.outR, p.outW, p.nullW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// ask writes line and reads the answer, which must be want.
+func (p *probePipes) ask(line, want string, deadline time.Time) error {
+	if _, err := p.inW.WriteString(line + "\n"); err != nil {
+		return err
+	}
+	_ = p.outR.SetReadDeadline(deadline)
+	buf := make([]byte, 0, 256)
+	one := make([]byte, 1)
+	for len(buf) < 256 {
+		n, err := p.outR.Read(one)
+		if err != nil {
+			return fmt.Errorf("no answer: %w", err)
+		}
+		if n == 1 && one[0] == '\n' {
+			break
+		}
+		buf = append(buf, one[:n]...)
+	}
+	if string(buf) != want {
+		return fmt.Errorf("answered %q, want %q", buf, want)
+	}
+	return nil
+}
