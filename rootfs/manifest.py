@@ -121,8 +121,9 @@ def main():
         # daemon uses a feature only where an image's manifest lists it):
         # exec, a job that executes a command in its place (lint and
         # format in a warm jail); seccomp_fd, an init that loads the jail's
-        # seccomp filter given on an fd (--seccomp-fd).
-        "runner_features": ["exec", "seccomp_fd"],
+        # seccomp filter given on an fd (--seccomp-fd); records, a session
+        # call's job may name the records pipe anew (a restored session's).
+        "runner_features": ["exec", "seccomp_fd", "records"],
         "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }

@@ -234,6 +234,22 @@ type SessionInfo struct {
 	TTLS                 int64 `json:"ttl_s"`
 	MaxTTLS              int64 `json:"max_ttl_s"` // for this caller
 	InterruptGraceMs     int64 `json:"interrupt_grace_ms"`
+	// Paused counts the paused sessions (on disk), which Live does not.
+	Paused int `json:"paused"`
+	// Pause says whether sessions can pause here (POST .../pause; on_idle
+	// "pause"), and why not.
+	Pause PauseInfo `json:"pause"`
+}
+
+// PauseInfo says whether this host can pause sessions to disk.
+type PauseInfo struct {
+	Available bool `json:"available"`
+	// Reason says why not ("" when available).
+	Reason string `json:"reason,omitempty"`
+	// OnIdle is what an idle timeout does: "pause" or "end".
+	OnIdle string `json:"on_idle"`
+	// PausedTTLS bounds how long a session stays paused (0: its ttl only).
+	PausedTTLS int64 `json:"paused_ttl_s"`
 }
 
 // NetworkInfo says whether runs may have egress, and on what terms.

@@ -26,8 +26,13 @@ type Session struct {
 	ExpiresAt    time.Time   `json:"expires_at"`
 	IdleTimeoutS int64       `json:"idle_timeout_s"`
 	Limits       LimitValues `json:"limits"`
-	// State is "idle", "running" (a call is in progress) or "ended".
+	// State is "idle", "running" (a call is in progress), "paused" (on
+	// disk: its next call restores it) or "ended".
 	State string `json:"state"`
+	// PausedAt and PausedBytes describe a paused session's checkpoint
+	// (null and 0 otherwise).
+	PausedAt    *time.Time `json:"paused_at"`
+	PausedBytes int64      `json:"paused_bytes"`
 	// EndReason says why an ended session ended: "deleted",
 	// "idle_timeout", "expired", "repeated_losses", "daemon_shutdown",
 	// "jail_ended", "restart_failed", "freeze_failed"; null while it
@@ -50,7 +55,16 @@ const (
 	SessionIdle    = "idle"
 	SessionRunning = "running"
 	SessionEnded   = "ended"
+	SessionPaused  = "paused"
 )
+
+// SessionPauseResponse is the 200 body of POST /v1/sessions/{id}/pause
+// and /resume: the session, and how long the pause or the restore took
+// (0 when it was paused already, or not paused).
+type SessionPauseResponse struct {
+	Session Session `json:"session"`
+	TookMs  float64 `json:"took_ms"`
+}
 
 // SessionList is the body of GET /v1/sessions.
 type SessionList struct {
@@ -94,6 +108,10 @@ type SessionStatus struct {
 	// "cancelled", "crashed", "exited".
 	StateLost  bool    `json:"state_lost"`
 	LostReason *string `json:"lost_reason"`
+	// Resumed: the session was paused and the call restored it first,
+	// which took RestoreMs.
+	Resumed   bool    `json:"resumed"`
+	RestoreMs float64 `json:"restore_ms,omitempty"`
 }
 
 // SessionInterruptResponse is the 200 body of POST

@@ -67,6 +67,8 @@ func init() {
 		{"ls", "[flags]", "list your sessions (an admin's: everyone's)", "", runSessionList},
 		{"show", "[flags] ID", "describe a session", "", runSessionShow},
 		{"interrupt", "[flags] ID", "interrupt a session's call in progress (exit status 1 when none was running)", "", runSessionInterrupt},
+		{"pause", "[flags] ID", "pause a session to disk: its jail goes, its state stays; its next call restores it", "", runSessionPause},
+		{"resume", "[flags] ID", "restore a paused session now (a call does too)", "", runSessionResume},
 		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
 	}
 }
@@ -582,6 +584,9 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 	if s.EndReason != nil {
 		row("end reason:", "%s", quoteName(endReasonText(s.EndReason)))
 	}
+	if s.PausedAt != nil {
+		row("paused:", "%s, %s on disk", s.PausedAt.Local().Format(time.RFC3339), humanSize(s.PausedBytes))
+	}
 	stamp := func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -619,6 +624,41 @@ func runSessionInterrupt(e *env, sc *subcommand, args []string) int {
 			fmt.Fprintf(e.stderr, "jailctl: no call of session %s was running\n", quoteName(a.pos[0]))
 		}
 		return exitFail
+	}
+	return exitOK
+}
+
+func runSessionPause(e *env, sc *subcommand, args []string) int {
+	return runPauseResume(e, sc, args, "pause", "paused", "took")
+}
+
+func runSessionResume(e *env, sc *subcommand, args []string) int {
+	return runPauseResume(e, sc, args, "resume", "restored", "restore took")
+}
+
+// runPauseResume posts to a session's /pause or /resume and says what
+// became of it (the session as JSON with --json).
+func runPauseResume(e *env, sc *subcommand, args []string, verb, done, took string) int {
+	a, rc, ok := e.ask("session "+verb, jsonUsage, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	var resp api.SessionPauseResponse
+	if rc, ok := e.fetch(a.c, http.MethodPost, sessionPath(a.pos[0])+"/"+verb, struct{}{}, &resp, a.json); !ok {
+		return rc
+	}
+	if a.json {
+		return exitOK
+	}
+	switch {
+	case resp.TookMs == 0 && verb == "pause":
+		fmt.Fprintf(e.stdout, "session %s was paused already (%s on disk)\n", resp.Session.SessionID, humanSize(resp.Session.PausedBytes))
+	case resp.TookMs == 0:
+		fmt.Fprintf(e.stdout, "session %s was not paused\n", resp.Session.SessionID)
+	case verb == "pause":
+		fmt.Fprintf(e.stdout, "session %s %s (%s on disk; %s %.0f ms)\n", resp.Session.SessionID, done, humanSize(resp.Session.PausedBytes), took, resp.TookMs)
+	default:
+		fmt.Fprintf(e.stdout, "session %s %s (%s %.0f ms)\n", resp.Session.SessionID, done, took, resp.TookMs)
 	}
 	return exitOK
 }

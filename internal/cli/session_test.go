@@ -124,6 +124,8 @@ func TestSessionUsageErrors(t *testing.T) {
 		{"session", "show"},
 		{"session", "show", "a", "b"},
 		{"session", "interrupt"},
+		{"session", "pause"},
+		{"session", "resume", "a", "b"},
 		{"session", "rm"},
 		{"session", "ls", "x"},
 		{"repl", "extra"},

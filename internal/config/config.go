@@ -417,6 +417,20 @@ type Sessions struct {
 	// SessionMemory).
 	MaxMemoryPerUIDMB int64 `toml:"max_memory_per_uid_mb"`
 	MaxMemoryTotalMB  int64 `toml:"max_memory_total_mb"`
+	// CheckpointDir holds paused sessions (0700, the daemon's only; a
+	// disk, not a tmpfs: a paused session's memory is written there).
+	CheckpointDir string `toml:"checkpoint_dir"`
+	// CRIU is the criu program sessions pause with; "" finds one: what
+	// `make deps` fetched (/var/cache/jaild/criu/current/bin/criu), else
+	// criu on PATH. Whether it works on this host is probed at start
+	// (GET /v1/info: sessions.pause).
+	CRIU string `toml:"criu"`
+	// OnIdle is what a session's idle timeout does: "pause" (to disk,
+	// where the host can; elsewhere it ends) or "end".
+	OnIdle string `toml:"on_idle"`
+	// PausedTTL bounds how long a session stays paused (then it ends,
+	// paused_ttl); 0: only its ttl bounds it.
+	PausedTTL Duration `toml:"paused_ttl"`
 }
 
 // Network configures egress: whether a run may ask for "internet", who
@@ -507,7 +521,8 @@ func Default() Config {
 			Enabled: true, MaxPerUID: 4, MaxTotal: 64,
 			IdleTimeout: Duration{10 * time.Minute}, MaxIdleTimeout: Duration{time.Hour},
 			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
-			KeepEnded: Duration{10 * time.Minute},
+			KeepEnded:     Duration{10 * time.Minute},
+			CheckpointDir: "/var/lib/jaild/checkpoints", OnIdle: "pause", PausedTTL: Duration{7 * 24 * time.Hour},
 		},
 		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024,
 			MaxHandshakes: 128, MaxHandshakesPerAddress: 8, HandshakeTimeout: Duration{5 * time.Second}},
@@ -821,6 +836,17 @@ func (s *Sessions) validate(defaultMemoryMB int64) error {
 	}
 	if s.KeepEnded.Duration < 0 || s.KeepEnded.Duration > MaxSessionTTL {
 		bad("keep_ended", "must be in 0s..%v", MaxSessionTTL)
+	}
+	if s.OnIdle != "pause" && s.OnIdle != "end" {
+		bad("on_idle", "must be \"pause\" or \"end\", got %q", s.OnIdle)
+	}
+	if s.PausedTTL.Duration < 0 || s.PausedTTL.Duration > 365*24*time.Hour {
+		bad("paused_ttl", "must be in 0s..8760h, got %v", s.PausedTTL.Duration)
+	}
+	for _, p := range []struct{ key, v string }{{"checkpoint_dir", s.CheckpointDir}, {"criu", s.CRIU}} {
+		if p.v != "" && !filepath.IsAbs(p.v) {
+			bad(p.key, "must be an absolute path, got %q", p.v)
+		}
 	}
 	for _, m := range []struct {
 		key string

@@ -80,6 +80,7 @@ type Daemon struct {
 	jails  *jail.Engine
 	imgs   *images
 	engine *run.Service
+	criu   string // the criu program sessions pause with; "" none
 	srv    *server.Server
 	auth   *tlsauth.Auth // the TLS listener's, nil when not configured
 
@@ -133,6 +134,7 @@ func (d *Daemon) start() (retErr error) {
 		}
 		return err
 	}
+	d.probeCheckpoints()
 	return d.listen()
 }
 
@@ -144,12 +146,26 @@ func (d *Daemon) startEngine() error {
 	if d.netm, err = network(cfg.Network, d.log); err != nil {
 		return err
 	}
-	d.jails, err = jail.New(jail.Config{
+	var key []byte
+	cpDir := cfg.Sessions.CheckpointDir
+	if cpDir != "" && cfg.Sessions.Enabled {
+		if key, err = checkpointKey(cpDir); err != nil {
+			return fmt.Errorf("sessions.checkpoint_dir: %w", err)
+		}
+		d.criu = findCRIU(cfg.Sessions)
+	} else {
+		cpDir = ""
+	}
+	jc := jail.Config{
 		Network:  d.netm,
 		ImageDir: cfg.Image, SeccompProfile: cfg.SeccompProfile, RunDir: cfg.RunDir,
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: d.log,
 		FavorDynmods: cfg.CgroupFavorDynmods,
-	})
+	}
+	if d.criu != "" {
+		jc.CRIU, jc.CheckpointKey = d.criu, key
+	}
+	d.jails, err = jail.New(jc)
 	if err != nil {
 		return err
 	}
@@ -168,7 +184,7 @@ func (d *Daemon) startEngine() error {
 			d.log.Info("daemon cgroup memory.high set, plus the tmpfs of live jails", "cgroup", cg, "bytes", high+high/4)
 		}
 	}
-	d.engine, err = run.New(d.jails, run.Config{Logger: d.log, Images: pools(cfg, d.jails.DefaultImage()), Pool: run.PoolConfig{
+	d.engine, err = run.New(d.jails, run.Config{Logger: d.log, CheckpointDir: cpDir, Images: pools(cfg, d.jails.DefaultImage()), Pool: run.PoolConfig{
 		Size: cfg.Pool.Size, Preimport: cfg.Pool.Preimport, PlainSize: cfg.Pool.PlainSize,
 		MinAvailableBytes: uint64(cfg.Pool.MinAvailableMB) << 20,
 		// Warm jails can serve any request within the callers' maxima.

@@ -146,6 +146,14 @@ func Prepare(o Options) (*Daemon, error) {
 		sock, filepath.Join(dir, "run"), o.Name+"-"+filepath.Base(dir), o.Image, o.Profile) + o.Config +
 		fmt.Sprintf("[files]\ndir = %q\n", filepath.Join(dir, "files")) +
 		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", o.Pool, o.Pool) + o.PoolConfig
+	// Each daemon's paused sessions in its own directory (a daemon sweeps
+	// its checkpoint directory at start).
+	cp := fmt.Sprintf("checkpoint_dir = %q\n", filepath.Join(dir, "checkpoints"))
+	if strings.Contains(cfg, "\n[sessions]\n") {
+		cfg = strings.Replace(cfg, "\n[sessions]\n", "\n[sessions]\n"+cp, 1)
+	} else {
+		cfg += "[sessions]\n" + cp
+	}
 	if o.Tune != nil {
 		cfg = o.Tune(cfg)
 	}

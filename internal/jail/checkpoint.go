@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,7 +218,10 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 	})
 	if err != nil {
 		_ = j.Freeze() // as it was: CRIU thaws what it froze
-		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, criuReason(work, "dump.log"))
+		if _, serr := os.Stat(filepath.Join(work, "dump.log")); serr != nil {
+			return CheckpointInfo{}, fmt.Errorf("checkpoint: %w", err) // CRIU did not run
+		}
+		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, e.redact(criuReason(work, "dump.log"), dir))
 	}
 	_ = os.RemoveAll(work)
 	if info.Bytes, err = dirBytes(tmp); err != nil {
@@ -313,11 +317,20 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	conf.WriteString(criuConf)
 	for i, f := range p.ExtraFiles {
 		fd := 6 + i
-		redir := "<"
-		if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE == unix.O_WRONLY {
-			redir = ">"
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(&inherit, "exec %d%s/proc/%d/fd/%d\n", fd, redir, os.Getpid(), f.Fd())
+		redir, num := "<", uintptr(0)
+		if err := rc.Control(func(d uintptr) {
+			num = d
+			if fl, err := unix.FcntlInt(d, unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE == unix.O_WRONLY {
+				redir = ">"
+			}
+		}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&inherit, "exec %d%s/proc/%d/fd/%d\n", fd, redir, os.Getpid(), num)
 		fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", fd, info.Pipes[i])
 	}
 	if err := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(conf.String()), 0o600); err != nil {
@@ -336,15 +349,19 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 			FileLocks:         true,
 		})
 	})
-	// The files of p are the restored processes' now; keep p's alive
-	// until here (their fds were read by the wrapper).
+	// The wrapper opened p's files by their fds: keep them open till now.
 	for _, f := range p.ExtraFiles {
-		runtimeKeep(f)
+		runtime.KeepAlive(f)
+	}
+	// The jail's next checkpoint must not look for those fds.
+	if cerr := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(criuConf), 0o600); err == nil && cerr != nil {
+		j.Kill()
+		err = cerr
 	}
 	if err != nil {
 		j.exit = Exit{Code: -1, Err: err}
 		close(j.done)
-		return nil, fmt.Errorf("restore: %s", criuReason(scratch+"-log", "restore.log"))
+		return nil, fmt.Errorf("restore: %s", e.redact(criuReason(scratch+"-log", "restore.log"), dir))
 	}
 	j.holdMountNamespace(proc)
 	go func() {
@@ -376,12 +393,18 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 // nftables, as the host may have no iptables.
 const criuConf = "network-lock nftables\n"
 
-func runtimeKeep(f *os.File) { _ = f.Fd() }
-
 // pipeKey is CRIU's name of the pipe f is an end of.
 func pipeKey(f *os.File) (string, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	// Through SyscallConn: Fd would make a pollable file blocking.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	if cerr := rc.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) }); cerr != nil {
+		return "", cerr
+	}
+	if err != nil {
 		return "", err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
@@ -390,7 +413,7 @@ func pipeKey(f *os.File) (string, error) {
 	return "pipe:[" + strconv.FormatUint(st.Ino, 10) + "]", nil
 }
 
-// criuReason is the last error CRIU logged, for the daemon's log and the
+// criuReason is the first error CRIU logged, for the daemon's log and the
 // caller's reason, without CRIU's source locations.
 func criuReason(dir, file string) string {
 	b, err := os.ReadFile(filepath.Join(dir, file))
@@ -399,18 +422,29 @@ func criuReason(dir, file string) string {
 	}
 	var last string
 	for _, l := range strings.Split(string(b), "\n") {
-		if i := strings.Index(l, "Error ("); i >= 0 {
+		if i := strings.Index(l, "Error ("); i >= 0 && !strings.Contains(l, "RLIMIT_NOFILE for self") {
 			msg := l[i:]
 			if k := strings.Index(msg, "): "); k >= 0 {
 				msg = msg[k+3:]
 			}
-			last = strings.TrimSpace(msg)
+			if last == "" {
+				last = strings.TrimSpace(msg) // the first: the cause, the rest its consequences
+			}
 		}
 	}
 	if last == "" {
 		return "criu failed"
 	}
 	return last
+}
+
+// redact takes the engine's and the checkpoint's host paths out of a
+// reason that callers may see.
+func (e *Engine) redact(reason, dir string) string {
+	for _, p := range []string{filepath.Dir(dir), e.cfg.RunDir} {
+		reason = strings.ReplaceAll(reason, p, "…")
+	}
+	return reason
 }
 
 // linkImages makes scratch a copy of images (hard links) whose user

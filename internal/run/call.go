@@ -38,6 +38,13 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 		default:
 		}
 	}()
+	if ss.isEnded() {
+		return nil, ss.endedError()
+	}
+	restored, err := ss.resume()
+	if err != nil {
+		return nil, err
+	}
 	sc := &sessionCall{ss: ss, c: c, j: ss.st.j, status: -1}
 	if err := sc.begin(); err != nil {
 		return nil, err
@@ -62,6 +69,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	sc.collect()
 	sc.settle()
 	sc.finish()
+	sc.res.Resumed, sc.res.Restore = restored > 0, restored
 	return sc.res, nil
 }
 
@@ -200,6 +208,9 @@ func (sc *sessionCall) encode() error {
 		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
 		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+spec.InterruptGrace+time.Second-1)/time.Second) + 1,
 	}
+	ss.mu.Lock()
+	job.Records = ss.recordsIno
+	ss.mu.Unlock()
 	if sc.fresh {
 		// RLIMIT_CPU among them: its hard limit bounds the interpreter's
 		// life (a warm jail's is higher); the call's soft limit is then

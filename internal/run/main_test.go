@@ -62,15 +62,18 @@ func runTests(m *testing.M) int {
 		RunDir:         runDir,
 		CgroupName:     "jaild-test-" + strconv.Itoa(os.Getpid()),
 		HostIDBase:     1_200_000_000,
+		CRIU:           testCRIU(),
+		CheckpointKey:  []byte("run tests' checkpoint key, 32 bytes or more"),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot create the jail engine (image %s; build it with `make rootfs`): %v\n", testImage, err)
 		return 1
 	}
-	if testEngine, err = New(testJails, Config{}); err != nil {
+	if testEngine, err = New(testJails, Config{CheckpointDir: filepath.Join(runDir, "checkpoints")}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	testCheckpoints = testEngine.ProbeCheckpoints(time.Minute)
 	code := m.Run()
 	if err := testEngine.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "close engine:", err)
@@ -145,4 +148,17 @@ func oneJailRange(m []string, base uint32) bool {
 
 func near(d, want time.Duration, slack time.Duration) bool {
 	return d >= want-slack && d <= want+slack
+}
+
+// testCheckpoints is why sessions cannot pause here ("" when they can),
+// as the service's probe found at the start.
+var testCheckpoints string
+
+// testCRIU is the criu the tests checkpoint with: $JAILD_CRIU, else what
+// `make deps` fetched (deploy/criu/fetch.sh).
+func testCRIU() string {
+	if p := os.Getenv("JAILD_CRIU"); p != "" {
+		return p
+	}
+	return "/var/cache/jaild/criu/current/bin/criu"
 }

@@ -27,6 +27,9 @@ type Config struct {
 	Images map[string]ImagePool
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
+	// CheckpointDir holds paused sessions (pause.go): a directory of
+	// the daemon's only, on a disk. "" means sessions cannot pause.
+	CheckpointDir string
 }
 
 // Service runs requests in jails of one engine. It is safe for concurrent
@@ -36,6 +39,9 @@ type Service struct {
 	log  *slog.Logger
 	cfg  PoolConfig
 	pool *pool.Pool
+
+	cpDir string                 // Config.CheckpointDir
+	cpWhy atomic.Pointer[string] // why sessions cannot pause; "" when they can
 
 	mu        sync.Mutex
 	images    map[string]*servedImage // by name (SetImages)
@@ -49,7 +55,12 @@ type Service struct {
 // New returns a Service over e and starts its warm pool. The Service owns
 // e from then on: Close closes it.
 func New(e *jail.Engine, cfg Config) (*Service, error) {
-	s := &Service{e: e, log: cfg.Logger, cfg: cfg.Pool}
+	s := &Service{e: e, log: cfg.Logger, cfg: cfg.Pool, cpDir: cfg.CheckpointDir}
+	why := "the checkpoint probe has not finished"
+	if s.cpDir == "" {
+		why = "no checkpoint directory is configured"
+	}
+	s.cpWhy.Store(&why)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -50,7 +50,9 @@ const (
 // Exec runs one call at a time (a second gets errdefs.ErrConflict).
 type Session struct {
 	s      *Service
-	st     *started
+	id     string   // the first jail's id, for logs
+	st     *started // nil while paused (callMu held to change it)
+	egress bool     // the session's jail has a network of its own
 	limits jail.Limits
 	env    map[string]string
 	warm   bool
@@ -64,16 +66,21 @@ type Session struct {
 
 	callMu sync.Mutex // held by the call in progress
 
-	mu        sync.Mutex
-	calls     int
-	fresh     bool // the interpreter has had no job yet
-	losses    int  // in a row
-	cur       *callState
-	net       egress.Usage // the jail's traffic at the end of the last call
-	ended     bool
-	endReason string
-	done      chan struct{} // closed when the session ended
-	closeOnce sync.Once
+	mu      sync.Mutex
+	paused  *pausedState // set while the session is on disk
+	pausing bool         // a checkpoint is being made: the jail's end is not the session's
+	// recordsIno is the records pipe's inode after a restore (the
+	// runner is told it: runner.Job.Records); 0 before any.
+	recordsIno uint64
+	calls      int
+	fresh      bool // the interpreter has had no job yet
+	losses     int  // in a row
+	cur        *callState
+	net        egress.Usage // the jail's traffic at the end of the last call
+	ended      bool
+	endReason  string
+	done       chan struct{} // closed when the session ended
+	closeOnce  sync.Once
 }
 
 // callState is what the readers deliver to the call in progress.
@@ -140,12 +147,7 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 		return nil, fmt.Errorf("session mode: %w", err)
 	}
 	ss := &Session{
-		s: s, st: st, limits: sp.Limits, env: sp.Env, warm: warm, image: im.name, fresh: true,
-		ctl:       ctl,
-		stdout:    runner.NewStream(st.p.stdoutR),
-		stderr:    runner.NewStream(st.p.stderrR),
-		records:   records,
-		events:    make(chan runner.Report, 8),
+		s: s, id: st.j.ID(), egress: sp.Network != nil, limits: sp.Limits, env: sp.Env, warm: warm, image: im.name, fresh: true,
 		interrupt: make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
@@ -159,17 +161,7 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 	}
 	s.sessions[ss] = struct{}{}
 	s.mu.Unlock()
-	// Nothing reads the jail's stdin: each call's is in its job.
-	st.p.stdinW.Close()
-	st.p.stdinW = nil
-	go ss.stdout.Run()
-	go ss.stderr.Run()
-	go ss.records.readLines(ss.deliverRecord)
-	go ss.readReports()
-	go func() {
-		<-st.j.Done()
-		ss.end(spec.EndJailEnded)
-	}()
+	ss.wire(st, ctl, records)
 	// Not frozen yet: no user code has run in it, and its interpreter
 	// (starting, or waiting for its job) uses no CPU of its own accord. A
 	// freeze now would often meet a cold jail's Python mid-start, when the
@@ -177,8 +169,35 @@ func (s *Service) NewSession(sp SessionSpec) (_ *Session, retErr error) {
 	return ss, nil
 }
 
-// ID is the session's jail's id.
-func (ss *Session) ID() string { return ss.st.j.ID() }
+// wire makes st the session's jail, with its control channel and records
+// pipe, and starts their readers; the caller holds callMu (or the
+// session is new).
+func (ss *Session) wire(st *started, ctl *runner.Control, records *recordsPipe) {
+	// Nothing reads the jail's stdin: each call's is in its job.
+	st.p.stdinW.Close()
+	st.p.stdinW = nil
+	events := make(chan runner.Report, 8)
+	ss.mu.Lock()
+	ss.st, ss.ctl, ss.records, ss.events = st, ctl, records, events
+	ss.stdout, ss.stderr = runner.NewStream(st.p.stdoutR), runner.NewStream(st.p.stderrR)
+	ss.mu.Unlock()
+	go ss.stdout.Run()
+	go ss.stderr.Run()
+	go records.readLines(ss.deliverRecord)
+	go ss.readReports(ctl, events)
+	go func() {
+		<-st.j.Done()
+		ss.mu.Lock()
+		mine := ss.st == st && !ss.pausing
+		ss.mu.Unlock()
+		if mine {
+			ss.end(spec.EndJailEnded)
+		}
+	}()
+}
+
+// ID is the session's first jail's id, for logs.
+func (ss *Session) ID() string { return ss.id }
 
 // Warm says the session took a warm jail.
 func (ss *Session) Warm() bool { return ss.warm }
@@ -209,7 +228,16 @@ func (ss *Session) end(reason string) {
 	if first {
 		ss.closeOnce.Do(func() {
 			close(ss.done)
-			ss.s.teardowns.Go(ss.st.Destroy)
+			ss.mu.Lock()
+			st, paused := ss.st, ss.paused
+			ss.paused = nil
+			ss.mu.Unlock()
+			if st != nil {
+				ss.s.teardowns.Go(st.Destroy)
+			}
+			if paused != nil {
+				ss.s.teardowns.Go(func() { _ = os.RemoveAll(paused.dir) })
+			}
 			ss.s.mu.Lock()
 			delete(ss.s.sessions, ss)
 			ss.s.mu.Unlock()
@@ -326,9 +354,9 @@ func (ss *Session) command(send func() error) {
 // the session (fail closed: the daemon no longer knows the interpreter's
 // state), as an unanswered kill does. The pipe's end is the jail's, which
 // its Done reports.
-func (ss *Session) readReports() {
+func (ss *Session) readReports(ctl *runner.Control, events chan<- runner.Report) {
 	for {
-		rep, err := ss.ctl.ReadReport()
+		rep, err := ctl.ReadReport()
 		if errors.Is(err, runner.ErrBadReport) {
 			ss.s.log.Error("session init's report; ending the session", "id", ss.ID(), "err", err)
 			ss.end(spec.EndRestartError)
@@ -338,7 +366,7 @@ func (ss *Session) readReports() {
 			return
 		}
 		select {
-		case ss.events <- rep:
+		case events <- rep:
 		case <-ss.done:
 			return
 		}

@@ -50,7 +50,16 @@ type Job struct {
 	// executes this argv in its place (an absolute path first), with fds
 	// 0-2 only. Nothing may follow it. See runner.py.
 	Exec []string `json:"exec,omitempty"`
+	// Records, in a call of a restored session, is the inode of the
+	// records pipe the runner's fd 4 now is (a restore gives it a new
+	// one): the runner takes that pipe as its records pipe again (runner
+	// feature "records"). 0: unchanged.
+	Records uint64 `json:"records,omitempty"`
 }
+
+// FeatureRecords is the runner feature (rootfs.Manifest.RunnerFeatures)
+// of Job.Records: only such an image's sessions can pause.
+const FeatureRecords = "records"
 
 // Latin1 carries bytes in a JSON string as the code points 0-255, the form
 // of Job.Stdin (the runner encodes them back with latin-1).

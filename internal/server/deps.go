@@ -27,6 +27,7 @@ func DepsFor(cfg config.Config, engine Engine, log *slog.Logger) (Deps, error) {
 		Sessions: sessions.New(sessions.Config{
 			MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
 			MaxMemoryPerUID: memPerUID, MaxMemoryTotal: memTotal,
+			PauseOnIdle: cfg.Sessions.OnIdle != "end", PausedTTL: cfg.Sessions.PausedTTL.Duration,
 		}),
 	}
 	if f := cfg.Files; f.Enabled {

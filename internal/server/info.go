@@ -69,6 +69,13 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		IdleTimeoutS: int64(sc.IdleTimeout.Seconds()), MaxIdleTimeoutS: int64(sc.MaxIdleTimeout.Seconds()),
 		TTLS: int64(sc.TTL.Seconds()), MaxTTLS: int64(maxTTL.Seconds()), InterruptGraceMs: spec.InterruptGrace.Milliseconds(),
 	}
+	info.Sessions.Paused = s.sessions.PausedCount()
+	why := s.engine.CheckpointsUnavailable()
+	onIdle := "end"
+	if why == "" && sc.OnIdle != "end" {
+		onIdle = "pause"
+	}
+	info.Sessions.Pause = api.PauseInfo{Available: why == "", Reason: why, OnIdle: onIdle, PausedTTLS: int64(sc.PausedTTL.Seconds())}
 	var perUID int64
 	info.Sessions.MemoryReservedBytes, perUID, info.Sessions.MaxMemoryTotalBytes = s.sessions.Memory()
 	if !who.Admin {

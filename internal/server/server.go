@@ -61,6 +61,9 @@ type Engine interface {
 	// NewSession makes a session: a jail whose interpreter lives across
 	// calls (see run.Session).
 	NewSession(s spec.SessionSpec) (Session, error)
+	// CheckpointsUnavailable says why sessions cannot pause to disk on
+	// this host ("" when they can).
+	CheckpointsUnavailable() string
 }
 
 // Server serves the API. Create it with New.
@@ -316,6 +319,8 @@ func (s *Server) routes() []route {
 		{http.MethodGet, "/v1/sessions", s.listSessions},
 		{http.MethodPost, "/v1/sessions/{id}/execute", s.sessionExecute},
 		{http.MethodPost, "/v1/sessions/{id}/interrupt", s.interruptSession},
+		{http.MethodPost, "/v1/sessions/{id}/pause", s.pauseSession},
+		{http.MethodPost, "/v1/sessions/{id}/resume", s.resumeSession},
 		{http.MethodGet, "/v1/sessions/{id}", s.getSession},
 		{http.MethodDelete, "/v1/sessions/{id}", s.deleteSession},
 		{http.MethodPost, "/v1/files", s.uploadFile},

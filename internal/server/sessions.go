@@ -123,6 +123,10 @@ func sessionWire(i sessions.Info) api.Session {
 		reason := i.EndReason
 		out.EndReason = &reason
 	}
+	if i.State == sessions.StatePaused {
+		at := i.PausedAt.UTC()
+		out.PausedAt, out.PausedBytes = &at, i.PausedBytes
+	}
 	return out
 }
 
@@ -233,7 +237,10 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 // sessionStatus fills in what became of the session id after a call
 // (after: the table's view of it then) and says so in the message.
 func sessionStatus(resp *api.SessionExecuteResponse, id string, after sessions.Info, res *spec.CallResult) {
-	resp.Session = api.SessionStatus{SessionID: id, State: after.State, StateLost: res.StateLost}
+	resp.Session = api.SessionStatus{SessionID: id, State: after.State, StateLost: res.StateLost, Resumed: res.Resumed}
+	if res.Resumed {
+		resp.Session.RestoreMs = ms(res.Restore)
+	}
 	if after.EndReason != "" {
 		reason := after.EndReason
 		resp.Session.EndReason = &reason
@@ -304,6 +311,43 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, sessionWire(info))
 	return nil
 }
+
+func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) error {
+	return s.pauseOrResume(w, r, "session_pause", s.sessions.Pause)
+}
+
+func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) error {
+	return s.pauseOrResume(w, r, "session_resume", s.sessions.Resume)
+}
+
+// pauseOrResume serves POST /v1/sessions/{id}/pause and /resume, whose
+// body is empty or an empty JSON object, as an interrupt's.
+func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, op string, f func(string, sessions.Caller) (sessions.Info, time.Duration, error)) error {
+	who, sw := s.sessionCaller(r)
+	id := r.PathValue("id")
+	if _, err := s.sessions.Get(id, sw); err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	if r.ContentLength != 0 {
+		var body struct{}
+		if err := decodeWithin(w, r, &body, maxInterruptBody); err != nil {
+			s.audit.refused(who, op, err)
+			return err
+		}
+	}
+	info, took, err := f(id, sw)
+	if err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	s.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", id, "took_ms", ms(took), "paused_bytes", info.PausedBytes)
+	writeJSON(w, http.StatusOK, api.SessionPauseResponse{Session: sessionWire(info), TookMs: ms(took)})
+	return nil
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // maxInterruptBody bounds an interrupt's body, which must be empty or a
 // JSON object with nothing in it: a larger one is refused after at most

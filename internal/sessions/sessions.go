@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 // Handle is a live session of the engine (*run.Session).
@@ -32,13 +33,23 @@ type Handle interface {
 	EndReason() string
 }
 
+// Pauser is a Handle that can pause to disk (run.Session): Pause
+// checkpoints it, Resume restores it (a call does too), Paused says
+// whether it is on disk.
+type Pauser interface {
+	Pause() (spec.PauseInfo, error)
+	Resume() (time.Duration, error)
+	Paused() (spec.PauseInfo, bool)
+}
+
 // Reasons a session ended, besides the engine's own (spec.End*).
 const (
-	EndDeleted  = "deleted"
-	EndIdle     = "idle_timeout"
-	EndExpired  = "expired"
-	EndShutdown = "daemon_shutdown"
-	EndRestart  = "daemon_restart" // named to a call on an earlier daemon's session
+	EndDeleted   = "deleted"
+	EndIdle      = "idle_timeout"
+	EndExpired   = "expired"
+	EndShutdown  = "daemon_shutdown"
+	EndRestart   = "daemon_restart" // named to a call on an earlier daemon's session
+	EndPausedTTL = "paused_ttl"     // paused longer than Config.PausedTTL
 )
 
 // States of a session.
@@ -46,6 +57,7 @@ const (
 	StateIdle    = "idle"
 	StateRunning = "running"
 	StateEnded   = "ended"
+	StatePaused  = "paused" // on disk (Pauser); its next call restores it
 )
 
 // Config configures a Manager.
@@ -63,6 +75,11 @@ type Config struct {
 	Tick time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// PauseOnIdle: a session past its idle timeout is paused (a Pauser
+	// whose Pause succeeds) rather than ended; PausedTTL then bounds how
+	// long it stays paused (0: no bound but its TTL).
+	PauseOnIdle bool
+	PausedTTL   time.Duration
 }
 
 // Caller is who asks.
@@ -82,8 +99,12 @@ type Info struct {
 	State       string
 	EndReason   string
 	Calls       int
-	// Memory is the session's memory limit, reserved while it lives.
+	// Memory is the session's memory limit, reserved while it lives
+	// (not while it is paused: its jail is gone).
 	Memory int64
+	// PausedAt and PausedBytes describe a paused session's checkpoint.
+	PausedAt    time.Time
+	PausedBytes int64
 	// Meta is the caller's business (limits, network, ...), kept as given.
 	Meta any
 }
@@ -209,7 +230,7 @@ func (m *Manager) usage(owner uint32) (mine, total pending) {
 	}
 	for _, e := range m.byID {
 		m.refresh(e)
-		if e.State == StateEnded {
+		if e.State == StateEnded || e.State == StatePaused {
 			continue
 		}
 		total.n++
@@ -320,7 +341,24 @@ func (m *Manager) refresh(e *entry) {
 	select {
 	case <-e.h.Done():
 		m.markEnded(e, e.h.EndReason())
+		return
 	default:
+	}
+	if p, ok := e.h.(Pauser); ok && e.State != StateRunning {
+		pi, paused := p.Paused()
+		switch {
+		case paused:
+			e.State, e.PausedAt, e.PausedBytes = StatePaused, pi.At, pi.Bytes
+		case !e.PausedAt.IsZero():
+			// Resumed: the ttl counts the time in a jail, not on disk.
+			if d := m.cfg.Now().Sub(e.PausedAt); d > 0 {
+				e.Expires = e.Expires.Add(d)
+			}
+			if e.State == StatePaused {
+				e.State = StateIdle
+			}
+			e.PausedAt, e.PausedBytes = time.Time{}, 0
+		}
 	}
 }
 
@@ -426,6 +464,59 @@ func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
 	return true, e.Info, nil
 }
 
+// Pause pauses id to disk (Pauser) and returns its snapshot and how long
+// the pause took. A session running a call is a conflict; one paused
+// already answers as it is.
+func (m *Manager) Pause(id string, who Caller) (Info, time.Duration, error) {
+	return m.busy(id, who, func(p Pauser) (time.Duration, error) {
+		pi, err := p.Pause()
+		return pi.Took, err
+	})
+}
+
+// Resume restores a paused id and returns its snapshot and how long the
+// restore took (0: it was not paused).
+func (m *Manager) Resume(id string, who Caller) (Info, time.Duration, error) {
+	return m.busy(id, who, Pauser.Resume)
+}
+
+// busy runs f on id's Pauser with the session marked running, so that no
+// call begins meanwhile.
+func (m *Manager) busy(id string, who Caller, f func(Pauser) (time.Duration, error)) (Info, time.Duration, error) {
+	m.mu.Lock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		m.mu.Unlock()
+		return Info{}, 0, err
+	}
+	p, ok := e.h.(Pauser)
+	switch {
+	case e.State == StateEnded:
+		m.mu.Unlock()
+		return Info{}, 0, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s)", id, e.EndReason)
+	case e.State == StateRunning:
+		m.mu.Unlock()
+		return Info{}, 0, errdefs.New(errdefs.ErrConflict, "session %s is running a call; wait for it or POST /v1/sessions/%s/interrupt", id, id)
+	case !ok:
+		m.mu.Unlock()
+		return Info{}, 0, errdefs.New(errdefs.ErrUnavailable, "sessions cannot pause on this daemon")
+	}
+	prev := e.State
+	e.State = StateRunning
+	m.mu.Unlock()
+	took, err := f(p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.State == StateRunning {
+		e.State = prev
+	}
+	if err == nil && took > 0 && prev == StatePaused {
+		e.LastUsed = m.cfg.Now() // resumed: idle from now
+	}
+	m.refresh(e)
+	return e.Info, took, err
+}
+
 // Delete ends id at once (a call in progress is killed) and returns its
 // last snapshot. Deleting an ended session is not an error.
 func (m *Manager) Delete(id string, who Caller) (Info, error) {
@@ -489,6 +580,20 @@ func (m *Manager) Counts() (live, running int) {
 	return live, running
 }
 
+// PausedCount is the number of paused sessions.
+func (m *Manager) PausedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.byID {
+		m.refresh(e)
+		if e.State == StatePaused {
+			n++
+		}
+	}
+	return n
+}
+
 func (m *Manager) reap() {
 	t := time.NewTicker(m.cfg.Tick)
 	defer t.Stop()
@@ -507,6 +612,7 @@ func (m *Manager) reap() {
 func (m *Manager) ReapNow() {
 	now := m.cfg.Now()
 	var closing []Handle
+	var pausing []pauseJob
 	m.mu.Lock()
 	for id, e := range m.byID {
 		m.refresh(e)
@@ -515,19 +621,60 @@ func (m *Manager) ReapNow() {
 			if now.Sub(e.endedAt) >= m.cfg.KeepEnded {
 				delete(m.byID, id)
 			}
+		case e.State == StatePaused:
+			// Its ttl stops while it is on disk (refresh moves Expires
+			// on at the resume); paused_ttl bounds the time on disk.
+			if m.cfg.PausedTTL > 0 && now.Sub(e.PausedAt) >= m.cfg.PausedTTL {
+				m.markEnded(e, EndPausedTTL)
+				closing = append(closing, e.h)
+			}
 		case !now.Before(e.Expires):
 			m.markEnded(e, EndExpired)
 			closing = append(closing, e.h)
 		case e.State == StateIdle && now.Sub(e.LastUsed) >= e.IdleTimeout:
+			if p, ok := e.h.(Pauser); ok && m.cfg.PauseOnIdle {
+				e.State = StateRunning // no call begins while it pauses
+				pausing = append(pausing, pauseJob{e, p})
+				continue
+			}
 			m.markEnded(e, EndIdle)
 			closing = append(closing, e.h)
 		}
 	}
 	m.mu.Unlock()
+	if len(pausing) > 0 {
+		// In the background: the reaper never waits on a jail. A session
+		// that cannot pause ends as an idle one always did.
+		m.wg.Go(func() { m.pauseIdle(pausing) })
+	}
 	// Closing only starts the teardown (run.Session.Close): the reaper
 	// never waits on a jail either.
 	for _, h := range closing {
 		h.Close()
+	}
+}
+
+type pauseJob struct {
+	e *entry
+	p Pauser
+}
+
+// pauseIdle pauses sessions past their idle timeout, one at a time.
+func (m *Manager) pauseIdle(jobs []pauseJob) {
+	for _, j := range jobs {
+		_, err := j.p.Pause()
+		m.mu.Lock()
+		if j.e.State == StateRunning {
+			j.e.State = StateIdle
+		}
+		if err != nil && j.e.State != StateEnded {
+			m.markEnded(j.e, EndIdle)
+			m.mu.Unlock()
+			j.e.h.Close()
+			continue
+		}
+		m.refresh(j.e)
+		m.mu.Unlock()
 	}
 }
 

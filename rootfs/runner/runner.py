@@ -188,6 +188,18 @@ class RecordWriter:
         st = os.fstat(self._fd)
         return st.st_dev, st.st_ino
 
+    def reattach(self, ino):
+        """Takes fd 4 as the records pipe again when it is the pipe the
+        daemon names by its inode: a paused session's restore gives the
+        runner new pipes in place of the old (their inodes differ). User
+        code cannot make another pipe of that inode."""
+        try:
+            st = os.fstat(self._fd)
+        except OSError:
+            return
+        if (st.st_mode & 0o170000) == 0o010000 and st.st_ino == ino:  # S_IFIFO
+            self._identity = st.st_dev, st.st_ino
+
     def emit(self, record):
         if self._identity is None:
             return
@@ -393,6 +405,7 @@ def parse_job(raw):
         stdin=field("stdin", (str, type(None)), None),
         cpu_s=field("cpu_s", (int, type(None)), None),
         exec=field("exec", (list, type(None)), None),
+        records=field("records", (int, type(None)), None),
     )
     if parsed.exec is None and parsed.code is None:
         raise JobError("bad 'code': None")
@@ -818,6 +831,8 @@ def run_user_process(records, saver):
             exec_job(job)
         saver.configure(job.figures_dir, job.max_figures, renumber=job.session)
         if job.session:
+            if job.records is not None:
+                records.reattach(job.records)
             try:
                 if job.cpu_s is not None:
                     apply_call_cpu(job.cpu_s)

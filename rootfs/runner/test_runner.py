@@ -1123,3 +1123,45 @@ class SessionModeTest(RunnerTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestRecordsReattach(unittest.TestCase):
+    """A restored session's runner has a new records pipe on fd 4: the job
+    names it by its inode, and only that pipe is taken."""
+
+    def setUp(self):
+        spec = importlib.util.spec_from_file_location("jaild_runner_under_test", RUNNER)
+        self.runner = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.runner)
+
+    def test_reattach_takes_only_the_named_pipe(self):
+        a_r, a_w = os.pipe()
+        b_r, b_w = os.pipe()
+        fd = os.dup(a_w)
+        for f in (a_r, a_w, b_r, b_w, fd):
+            self.addCleanup(os.close, f)
+        writer = self.runner.RecordWriter(fd)
+        writer.emit({"type": "one"})
+        self.assertEqual(os.read(a_r, 100), b'{"type": "one"}\n')
+        os.dup2(b_w, fd)  # what a restore does: another pipe on the fd
+        writer.emit({"type": "lost"})
+        writer.reattach(os.fstat(a_w).st_ino)  # not the pipe on the fd now
+        writer.emit({"type": "lost"})
+        writer.reattach(os.fstat(b_w).st_ino)
+        writer.emit({"type": "two"})
+        os.set_blocking(b_r, False)
+        self.assertEqual(os.read(b_r, 100), b'{"type": "two"}\n')
+        with tempfile.TemporaryFile() as f:  # a file is never taken
+            os.dup2(f.fileno(), fd)
+            writer.emit({"type": "x"})
+            writer.reattach(os.fstat(f.fileno()).st_ino)
+            writer.emit({"type": "x"})
+            f.seek(0)
+            self.assertEqual(f.read(), b"")
+
+    def test_job_names_the_pipe(self):
+        job = self.runner.parse_job(b'{"code": "1", "session": true, "call": 2, "records": 12345}')
+        self.assertEqual(job.records, 12345)
+        self.assertIsNone(self.runner.parse_job(b'{"code": "1"}').records)
+        with self.assertRaises(self.runner.JobError):
+            self.runner.parse_job(b'{"code": "1", "records": "x"}')

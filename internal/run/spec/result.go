@@ -90,6 +90,18 @@ type CallResult struct {
 	// Ended: the session ended during the call (EndReason).
 	Ended     bool
 	EndReason string
+	// Resumed: the session was paused, and the call restored it first,
+	// which took Restore.
+	Resumed bool
+	Restore time.Duration
+}
+
+// PauseInfo describes a paused session's checkpoint.
+type PauseInfo struct {
+	At    time.Time
+	Bytes int64
+	// Took is how long the pause took (zero when it was paused already).
+	Took time.Duration
 }
 
 // Reasons a session's interpreter was lost or the session ended.
@@ -107,6 +119,7 @@ const (
 	EndShutdown     = "daemon_shutdown"
 	EndFreezeFailed = "freeze_failed" // the host could not freeze it between calls
 	EndRestartError = "restart_failed"
+	EndResumeFailed = "resume_failed" // its checkpoint could not be restored
 )
 
 // InterruptGrace is how long a session's code has to get back to the

@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/jaild/jaild/internal/config"
+)
+
+// fetchedCRIU is where `make deps` puts a CRIU new enough for this
+// kernel (deploy/criu/fetch.sh).
+const fetchedCRIU = "/var/cache/jaild/criu/current/bin/criu"
+
+// probeTimeout bounds the start-up probe of checkpoints.
+const probeTimeout = time.Minute
+
+// findCRIU is the criu program of cfg: the configured one, else what
+// `make deps` fetched, else criu on PATH; "" when there is none.
+func findCRIU(cfg config.Sessions) string {
+	if cfg.CRIU != "" {
+		return cfg.CRIU
+	}
+	if fi, err := os.Stat(fetchedCRIU); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return fetchedCRIU
+	}
+	if p, err := exec.LookPath("criu"); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return ""
+}
+
+// checkpointKey makes the checkpoint directory (0700) and returns the key
+// that signs checkpoints, made once and kept in it (key, 0600). A
+// predecessor's checkpoints are removed: paused sessions do not outlive
+// the daemon that paused them (yet), and nothing else reads them.
+func checkpointKey(dir string) ([]byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, ent := range ents {
+		if n := ent.Name(); n != "key" {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	path := filepath.Join(dir, "key")
+	key, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(key) >= 32:
+		return key, nil
+	case err == nil:
+		return nil, fmt.Errorf("checkpoint key %s has %d bytes, fewer than 32", path, len(key))
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	_, err = f.Write(key)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return key, d.Sync()
+}
+
+// probeCheckpoints finds out whether sessions can pause here, before the
+// daemon serves (so that /v1/info says it from the first request), and
+// logs it: a checkpoint and a restore of a tiny jail, ~0.4 s.
+func (d *Daemon) probeCheckpoints() {
+	if d.cfg.Sessions.CheckpointDir == "" || !d.cfg.Sessions.Enabled {
+		return
+	}
+	start := time.Now()
+	if why := d.engine.ProbeCheckpoints(probeTimeout); why != "" {
+		d.log.Warn("sessions cannot pause on this host; idle sessions end", "reason", why)
+		return
+	}
+	d.log.Info("sessions can pause to disk", "probe_ms", time.Since(start).Milliseconds(), "criu", d.criu)
+}

@@ -1,0 +1,154 @@
+//go:build !unit
+
+package run
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run/spec"
+)
+
+func needCheckpoints(t *testing.T) {
+	t.Helper()
+	if testCheckpoints != "" {
+		t.Fatalf("this host cannot pause sessions: %s", testCheckpoints)
+	}
+}
+
+// A paused session's next call finds everything as it was: globals,
+// imports, an open file, files in the workspace and /tmp, the working
+// directory, the environment, and the call count; it says it resumed.
+// Pause again, Resume explicitly, and the session still has it all.
+func TestSessionPauseResume(t *testing.T) {
+	needCheckpoints(t)
+	ss := newTestSession(t, File{Path: "in.txt", Data: []byte("data")})
+	setup := "import os, json, decimal\nx = {'n': 41}\nf = open('/tmp/log.txt', 'w')\nf.write('first\\n'); f.flush()\n" +
+		"os.makedirs('sub', exist_ok=True)\nos.chdir('sub')\nos.environ['MINE'] = 'yes'\nprint('set')"
+	if r := call(t, ss, setup); r.Status != spec.StatusOK || string(r.Stdout) != "set\n" {
+		t.Fatalf("setup: %+v %s", r, r.Stderr)
+	}
+	pi, err := ss.Pause()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi.Bytes <= 0 || pi.At.IsZero() {
+		t.Errorf("pause info %+v", pi)
+	}
+	if got, ok := ss.Paused(); !ok || got.Bytes != pi.Bytes {
+		t.Errorf("Paused() = %+v, %v", got, ok)
+	}
+	if pids := jailProcesses(testJails.HostIDBase()); len(pids) != 0 {
+		t.Errorf("processes left while paused: %v", pids)
+	}
+	check := "f.write('second\\n'); f.close()\nprint(x['n'] + 1, decimal.Decimal('1.5'), os.getcwd(), os.environ['MINE'], open('/tmp/log.txt').read().split(), open('../in.txt').read())"
+	r := call(t, ss, check)
+	want := "42 1.5 /workspace/sub yes ['first', 'second'] data\n"
+	if r.Status != spec.StatusOK || string(r.Stdout) != want {
+		t.Fatalf("after the pause: %q (status %s) %s, want %q", r.Stdout, r.Status, r.Stderr, want)
+	}
+	if !r.Resumed || r.Restore <= 0 || r.Count != 2 {
+		t.Errorf("resumed %v after %v, count %d; want resumed, count 2", r.Resumed, r.Restore, r.Count)
+	}
+	if _, ok := ss.Paused(); ok {
+		t.Error("still paused after a call")
+	}
+	if took, err := ss.Resume(); err != nil || took != 0 {
+		t.Errorf("Resume of a live session: %v, %v", took, err)
+	}
+	// A resumed session cannot pause again here (see Pause): it says so
+	// and runs on, its state whole.
+	if _, err := ss.Pause(); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "cannot pause again") {
+		t.Errorf("second pause: %v, want the conflict that names the limit", err)
+	}
+	r = call(t, ss, "x['n']")
+	if r.Status != spec.StatusOK || strings.TrimSpace(string(r.Stdout)) != "41" || r.Resumed || r.Count != 3 {
+		t.Errorf("after the refused pause: %+v %s", r, r.Stderr)
+	}
+}
+
+// Resume restores without a call, and leaves the session frozen as
+// between calls; the next call is not a resume.
+func TestSessionResumeExplicit(t *testing.T) {
+	needCheckpoints(t)
+	ss := newTestSession(t)
+	call(t, ss, "y = [1, 2, 3]")
+	if _, err := ss.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	took, err := ss.Resume()
+	if err != nil || took <= 0 {
+		t.Fatalf("Resume: %v, %v", took, err)
+	}
+	r := call(t, ss, "sum(y)")
+	if r.Status != spec.StatusOK || strings.TrimSpace(string(r.Stdout)) != "6" || r.Resumed {
+		t.Errorf("after Resume: %+v %s", r, r.Stderr)
+	}
+}
+
+// A checkpoint changed on disk while the session is paused ends the
+// session at its next call, which is refused: nothing of it is restored.
+func TestSessionPausedTampered(t *testing.T) {
+	needCheckpoints(t)
+	ss := newTestSession(t)
+	call(t, ss, "secret = 42")
+	if _, err := ss.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ss.mu.Lock()
+	dir := ss.paused.dir
+	ss.mu.Unlock()
+	pages, _ := filepath.Glob(filepath.Join(dir, "images", "pages-*.img"))
+	if len(pages) == 0 {
+		t.Fatal("no pages image")
+	}
+	b, err := os.ReadFile(pages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x40
+	if err := os.WriteFile(pages[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ss.Exec(context.Background(), &Call{Code: "secret", Timeout: 10 * time.Second, OutputBytes: 1 << 20})
+	if !errors.Is(err, errdefs.ErrConflict) || ss.EndReason() != spec.EndResumeFailed {
+		t.Errorf("call on a tampered checkpoint: %v, session %q; want a conflict and %q", err, ss.EndReason(), spec.EndResumeFailed)
+	}
+	testEngine.Idle() // the teardown removes it
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the checkpoint is still there: %v", err)
+	}
+}
+
+// What CRIU cannot dump fails the pause with its reason, and the session
+// runs on with its state: a deleted file still open, larger than CRIU
+// keeps of such files (its ghost limit, 1 MiB).
+func TestSessionPauseRefused(t *testing.T) {
+	needCheckpoints(t)
+	ss := newTestSession(t)
+	code := "import os\nx = 7\nf = open('/tmp/big', 'wb')\nf.write(os.urandom(2 << 20)); f.flush()\nos.unlink('/tmp/big')\nprint(True, True)"
+	if r := call(t, ss, code); r.Status != spec.StatusOK || string(r.Stdout) != "True True\n" {
+		t.Fatalf("setup: %+v %q %s", r.Status, r.Stdout, r.Stderr)
+	}
+	_, err := ss.Pause()
+	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "cannot be paused (it keeps running): ") {
+		t.Fatalf("pause of a session holding a large deleted file: %v, want a conflict with CRIU's reason", err)
+	}
+	t.Logf("refused: %v", err)
+	if strings.Contains(err.Error(), "/tmp/jaild-test") || strings.Contains(err.Error(), "/run/") {
+		t.Errorf("the reason names a host path: %v", err)
+	}
+	if _, ok := ss.Paused(); ok {
+		t.Error("paused after a refused pause")
+	}
+	r := call(t, ss, "x + 1")
+	if r.Status != spec.StatusOK || strings.TrimSpace(string(r.Stdout)) != "8" {
+		t.Fatalf("the session did not run on: %+v %s", r, r.Stderr)
+	}
+}
