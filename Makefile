@@ -41,7 +41,7 @@ TEST_PACKAGES := chromium haproxy
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-deps: ## install host packages (root; Debian/Ubuntu)
+deps: ## install host packages (root; Debian/Ubuntu), and a CRIU new enough for paused sessions into /var/cache/jaild/criu (deploy/criu/fetch.sh)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -56,6 +56,7 @@ deps: ## install host packages (root; Debian/Ubuntu)
 		rm -rf $(GO_CACHE)/go$(GO_VERSION) && mv $(GO_CACHE)/.fetch/$$mod $(GO_CACHE)/go$(GO_VERSION) && rm -rf $(GO_CACHE)/.fetch && \
 		$(GO_BOOT) version; \
 	fi
+	@bash deploy/criu/fetch.sh >/dev/null
 
 vm-deps: deps ## install what make deb and make vm-test need (root; Debian/Ubuntu)
 	@missing=$$(for p in $(VM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \

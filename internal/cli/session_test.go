@@ -645,3 +645,32 @@ func TestReplAbandonGoesOn(t *testing.T) {
 		t.Errorf("audited %q", got)
 	}
 }
+
+// session pause and resume say what became of the session; show says it
+// is paused and how large its checkpoint is.
+func TestSessionPauseResume(t *testing.T) {
+	h := newDaemon(t)
+	id := newSession(t, h)
+	r := jailctl(t, h.Socket, "", "session", "pause", id)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+" paused (4.0 KiB on disk; took ") {
+		t.Fatalf("pause: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "pause", id); r.code != 0 || r.stdout != "session "+id+" was paused already (4.0 KiB on disk)\n" {
+		t.Errorf("pause again: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "show", id); r.code != 0 || !strings.Contains(r.stdout, "paused:") || !strings.Contains(r.stdout, "4.0 KiB on disk") {
+		t.Errorf("show: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "resume", id); r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+" restored (restore took ") {
+		t.Errorf("resume: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "resume", id); r.code != 0 || r.stdout != "session "+id+" was not paused\n" {
+		t.Errorf("resume again: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "pause", "--json", id); r.code != 0 || !strings.Contains(r.stdout, `"paused"`) {
+		t.Errorf("pause --json: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "pause", "nope"); r.code == 0 || !strings.Contains(r.stderr, "no session") {
+		t.Errorf("pause of an unknown session: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

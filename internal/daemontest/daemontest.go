@@ -146,6 +146,9 @@ func Prepare(o Options) (*Daemon, error) {
 		sock, filepath.Join(dir, "run"), o.Name+"-"+filepath.Base(dir), o.Image, o.Profile) + o.Config +
 		fmt.Sprintf("[files]\ndir = %q\n", filepath.Join(dir, "files")) +
 		fmt.Sprintf("[pool]\nsize = %d\nplain_size = %d\n", o.Pool, o.Pool) + o.PoolConfig
+	if o.Tune != nil {
+		cfg = o.Tune(cfg)
+	}
 	// Each daemon's paused sessions in its own directory (a daemon sweeps
 	// its checkpoint directory at start).
 	cp := fmt.Sprintf("checkpoint_dir = %q\n", filepath.Join(dir, "checkpoints"))
@@ -153,9 +156,6 @@ func Prepare(o Options) (*Daemon, error) {
 		cfg = strings.Replace(cfg, "\n[sessions]\n", "\n[sessions]\n"+cp, 1)
 	} else {
 		cfg += "[sessions]\n" + cp
-	}
-	if o.Tune != nil {
-		cfg = o.Tune(cfg)
 	}
 	d := &Daemon{Dir: dir, Socket: sock, Config: filepath.Join(dir, "jaild.toml"), Log: &Log{}, Opts: o}
 	if o.Socket != "" {

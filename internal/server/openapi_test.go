@@ -494,6 +494,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		{method: "POST", path: sp + "/execute", template: "/v1/sessions/{id}/execute", hdr: jsonHdr, body: []byte(`{"code": "x = 1", "limits": {"timeout_ms": 500}}`)},
 		{method: "POST", path: sp + "/interrupt", template: "/v1/sessions/{id}/interrupt"},
 		{method: "POST", path: sp + "/interrupt", template: "/v1/sessions/{id}/interrupt", hdr: jsonHdr, body: []byte(`{}`)},
+		{method: "POST", path: sp + "/pause", template: "/v1/sessions/{id}/pause"},
+		{method: "POST", path: sp + "/resume", template: "/v1/sessions/{id}/resume", hdr: jsonHdr, body: []byte(`{}`)},
 	} {
 		resp, body = c.do(x)
 		want(resp, body, 200)

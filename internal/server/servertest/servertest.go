@@ -121,9 +121,8 @@ func (e *Engine) PoolsByImage() map[string]run.PoolStats {
 // CgroupMode reports v2.
 func (e *Engine) CgroupMode() string { return "v2" }
 
-// CheckpointsUnavailable: the fake's sessions cannot pause (the real ones'
-// pause is tested with real jails, internal/run and tests/).
-func (e *Engine) CheckpointsUnavailable() string { return "the test engine does not checkpoint" }
+// CheckpointsUnavailable: the fake's sessions pause in memory (Session.Pause).
+func (e *Engine) CheckpointsUnavailable() string { return "" }
 
 // JailCounts reports what JailCountsValue holds (zero by default).
 func (e *Engine) JailCounts() jail.JailCounts {

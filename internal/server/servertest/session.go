@@ -3,6 +3,7 @@ package servertest
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run"
@@ -23,6 +24,7 @@ type Session struct {
 	closeOnce   sync.Once
 	reason      string
 	interrupted chan struct{}
+	pausedAt    time.Time // zero: not paused
 }
 
 // NewSession makes a fake session and keeps it in Sessions.
@@ -63,11 +65,17 @@ func (s *Session) Exec(ctx context.Context, c *run.Call) (*run.CallResult, error
 	s.mu.Lock()
 	s.calls++
 	n, f := s.calls, s.ExecFunc
+	resumed := !s.pausedAt.IsZero()
+	s.pausedAt = time.Time{}
 	s.mu.Unlock()
 	if f != nil {
 		return f(ctx, c)
 	}
-	return &run.CallResult{Count: n, Result: run.Result{ID: jail.NewID(), Status: spec.StatusOK, Stdout: []byte(c.Code)}}, nil
+	res := &run.CallResult{Count: n, Result: run.Result{ID: jail.NewID(), Status: spec.StatusOK, Stdout: []byte(c.Code)}}
+	if resumed {
+		res.Resumed, res.Restore = true, time.Millisecond
+	}
+	return res, nil
 }
 
 // Interrupt counts interrupts and signals Interrupted.
@@ -119,3 +127,34 @@ func (s *Session) EndReason() string {
 
 // Warm reports false.
 func (s *Session) Warm() bool { return false }
+
+// Pause "pauses" the session in memory (the real pause is tested with
+// real jails in internal/run and tests/): a paused fake answers its next
+// call resumed.
+func (s *Session) Pause() (spec.PauseInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pausedAt.IsZero() {
+		s.pausedAt = time.Now()
+		return spec.PauseInfo{At: s.pausedAt, Bytes: 4096, Took: time.Millisecond}, nil
+	}
+	return spec.PauseInfo{At: s.pausedAt, Bytes: 4096}, nil
+}
+
+// Resume "restores" a paused fake.
+func (s *Session) Resume() (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pausedAt.IsZero() {
+		return 0, nil
+	}
+	s.pausedAt = time.Time{}
+	return time.Millisecond, nil
+}
+
+// Paused says whether the fake is paused.
+func (s *Session) Paused() (spec.PauseInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return spec.PauseInfo{At: s.pausedAt, Bytes: 4096}, !s.pausedAt.IsZero()
+}

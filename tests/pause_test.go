@@ -1,0 +1,128 @@
+package tests
+
+// Paused sessions against a real daemon (issue 28): the start-up probe
+// says this host can pause, a session's state survives POST .../pause and
+// comes back at its next call (which says it resumed), another uid cannot
+// pause, resume or see it, a paused session's checkpoint is the daemon's
+// only and goes with DELETE, and a second pause after a resume is refused
+// with its reason.
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+func TestSessionPause(t *testing.T) {
+	d := startSessionDaemon(t, 0)
+	var info api.Info
+	if code, _ := d.call(t, http.MethodGet, "/v1/info", nil, &info); code != http.StatusOK {
+		t.Fatalf("info: %d", code)
+	}
+	// This host is one the issue requires to pause: its own probe must say
+	// so (a test that cannot run fails).
+	if p := info.Sessions.Pause; !p.Available || p.OnIdle != "pause" || p.PausedTTLS != 7*24*3600 {
+		t.Fatalf("sessions.pause = %+v: this host must be able to pause sessions", p)
+	}
+	s := newSession(t, d, api.SessionCreateRequest{Env: map[string]string{"GREETING": "hi"}})
+	setup := "import os, statistics\nx = 5\nopen('/tmp/a.txt', 'w').write('kept')\nos.makedirs('w', exist_ok=True)\nos.chdir('w')\nopen('b.txt', 'w').write('also')"
+	if r := mustExec(t, d, s.SessionID, setup); r.Status != "ok" {
+		t.Fatalf("setup: %+v", r)
+	}
+	cpDir := filepath.Join(d.Dir, "checkpoints")
+
+	// Another uid: the session is not there for it, paused or not.
+	for _, op := range []string{"pause", "resume"} {
+		if code, _, body := curlAs(t, d.Socket, http.MethodPost, "/v1/sessions/"+s.SessionID+"/"+op, ""); code != http.StatusNotFound {
+			t.Errorf("uid 65534's %s: %d %s", op, code, body)
+		}
+	}
+	// A body with a field is refused, naming it; nothing is paused.
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/pause", map[string]any{"force": true}, nil); code != http.StatusBadRequest {
+		t.Errorf("pause with a body field: %d, want 400", code)
+	}
+
+	var pr api.SessionPauseResponse
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/pause", nil, &pr); code != http.StatusOK {
+		t.Fatalf("pause: %d", code)
+	}
+	if pr.Session.State != api.SessionPaused || pr.Session.PausedAt == nil || pr.Session.PausedBytes <= 0 || pr.TookMs <= 0 {
+		t.Fatalf("pause answered %+v", pr)
+	}
+	t.Logf("paused: %d bytes in %.1f ms", pr.Session.PausedBytes, pr.TookMs)
+	var got api.Session
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+s.SessionID, nil, &got); code != http.StatusOK || got.State != api.SessionPaused {
+		t.Errorf("GET of a paused session: %d %+v", code, got)
+	}
+	if code, _, body := curlAs(t, d.Socket, http.MethodGet, "/v1/sessions/"+s.SessionID, ""); code != http.StatusNotFound {
+		t.Errorf("uid 65534's GET of a paused session: %d %s", code, body)
+	}
+	if code, _ := d.call(t, http.MethodGet, "/v1/info", nil, &info); code != http.StatusOK || info.Sessions.Paused != 1 || info.Sessions.Live != 0 {
+		t.Errorf("info while paused: paused %d live %d", info.Sessions.Paused, info.Sessions.Live)
+	}
+	// The checkpoint is the daemon's only: the directory 0700 root, its
+	// files not readable by others.
+	if fi, err := os.Stat(cpDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("checkpoint directory: %v %v", fi, err)
+	}
+	if n := countFiles(t, cpDir); n < 3 {
+		t.Errorf("%d files in the checkpoint directory while paused", n)
+	}
+
+	r := mustExec(t, d, s.SessionID, "import statistics as st\nprint(x + 1, open('/tmp/a.txt').read(), open('b.txt').read(), os.getcwd(), os.environ['GREETING'])")
+	if r.Status != "ok" || r.Stdout != "6 kept also /workspace/w hi\n" {
+		t.Fatalf("the call after the pause: %s %q %q", r.Status, r.Stdout, r.Stderr)
+	}
+	if !r.Session.Resumed || r.Session.RestoreMs <= 0 || r.Session.State != api.SessionIdle || r.ExecutionCount != 2 {
+		t.Errorf("session status after the resuming call: %+v count %d", r.Session, r.ExecutionCount)
+	}
+	t.Logf("the call restored the session in %.1f ms", r.Session.RestoreMs)
+
+	// Paused again after a resume: refused with the reason, and it runs on.
+	var e api.ErrorBody
+	code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s.SessionID+"/pause", nil, &e)
+	if code != http.StatusConflict || !strings.Contains(e.Error.Message, "cannot pause again") {
+		t.Errorf("second pause: %d %+v", code, e)
+	}
+	if r := mustExec(t, d, s.SessionID, "x"); strings.TrimSpace(r.Stdout) != "5" || r.Session.Resumed {
+		t.Errorf("after the refused pause: %+v", r)
+	}
+
+	// A paused session deleted: its checkpoint goes with it.
+	s2 := newSession(t, d, api.SessionCreateRequest{})
+	mustExec(t, d, s2.SessionID, "y = 1")
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+s2.SessionID+"/pause", nil, &pr); code != http.StatusOK {
+		t.Fatalf("pause of the second session: %d", code)
+	}
+	if pr.Session.State != api.SessionPaused {
+		t.Fatalf("second session: %+v", pr.Session)
+	}
+	if got := deleteSession(t, d, s2.SessionID); got.State != api.SessionEnded {
+		t.Errorf("DELETE of a paused session: %+v", got)
+	}
+	deleteSession(t, d, s.SessionID)
+	waitFor(t, 10*time.Second, "the checkpoints removed", func() bool { return countFiles(t, cpDir) == 1 }) // the key
+	raw, _ := json.Marshal(pr)
+	if strings.Contains(string(raw), d.Dir) {
+		t.Errorf("a response names a host path: %s", raw)
+	}
+}
+
+// countFiles counts the regular files beneath dir.
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
