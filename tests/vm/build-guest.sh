@@ -22,8 +22,9 @@ die() { log "error: $*"; exit 1; }
 
 # What the guest needs: systemd and a kernel; the package's dependencies
 # (libseccomp2, init-system-helpers) so that it installs offline; nftables and
-# iproute2 for egress; curl for the suite's socket-activation check.
-readonly PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,e2fsprogs,iproute2,nftables,libseccomp2,init-system-helpers,passwd,curl,ca-certificates,procps,util-linux
+# iproute2 for egress; curl for the suite's socket-activation check; criu
+# (the distribution's, as the package recommends it) for paused sessions.
+readonly PACKAGES=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,kmod,e2fsprogs,iproute2,nftables,libseccomp2,init-system-helpers,passwd,curl,ca-certificates,procps,util-linux,criu
 
 recipe_files() { printf '%s\n' build-guest.sh guest-entry.sh guest-entry.service; }
 digest=$(cd "$here" && recipe_files | xargs -d '\n' sha256sum | sha256sum | cut -d' ' -f1)

@@ -477,6 +477,61 @@ print('forked')`, marker)})
 		})
 	})
 
+	t.Run("a session pauses to disk and its next call restores it (CRIU under systemd, cgroup v2), or pause says why not", func(t *testing.T) {
+		p, _ := info(t)["sessions"].(map[string]any)["pause"].(map[string]any)
+		avail, _ := p["available"].(bool)
+		reason, _ := p["reason"].(string)
+		t.Logf("sessions.pause: %v", p)
+		code, b, err := call("POST", "/v1/sessions", map[string]any{})
+		var s struct {
+			ID string `json:"session_id"`
+		}
+		if err != nil || code != 201 || json.Unmarshal(b, &s) != nil || s.ID == "" {
+			t.Fatalf("create session: %d %s %v", code, b, err)
+		}
+		defer call("DELETE", "/v1/sessions/"+s.ID, nil) //nolint:errcheck // best effort
+		type callResult struct {
+			Status  string  `json:"status"`
+			Result  *string `json:"result"`
+			Session struct {
+				Resumed   bool    `json:"resumed"`
+				RestoreMs float64 `json:"restore_ms"`
+			} `json:"session"`
+		}
+		exec := func(src string) callResult {
+			t.Helper()
+			code, b, err := call("POST", "/v1/sessions/"+s.ID+"/execute", map[string]any{"code": src})
+			var r callResult
+			if err != nil || code != 200 || json.Unmarshal(b, &r) != nil || r.Status != "ok" {
+				t.Fatalf("call %q: %d %s %v", src, code, b, err)
+			}
+			return r
+		}
+		exec("x = 41\nopen('/tmp/f', 'w').write('kept')")
+		code, b, err = call("POST", "/v1/sessions/"+s.ID+"/pause", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !avail {
+			// Fail closed: 503 naming the probe's reason; the session runs on.
+			if code != 503 || reason == "" || !strings.Contains(string(b), reason) {
+				t.Fatalf("pause where the probe said %q: %d %s", reason, code, b)
+			}
+			if r := exec("x + 1"); r.Result == nil || *r.Result != "42" {
+				t.Fatalf("after the refused pause: %+v", r)
+			}
+			return
+		}
+		if code != 200 || !strings.Contains(string(b), `"state":"paused"`) {
+			t.Fatalf("pause: %d %s", code, b)
+		}
+		r := exec("x + 1, open('/tmp/f').read()")
+		if r.Result == nil || *r.Result != "(42, 'kept')" || !r.Session.Resumed || r.Session.RestoreMs <= 0 {
+			t.Fatalf("the call after the pause: %+v", r)
+		}
+		t.Logf("restored in %.0f ms", r.Session.RestoreMs)
+	})
+
 	t.Run("the file store under systemd: upload, a run's input, an output returned to it, a streamed run", func(t *testing.T) {
 		data := bytes.Repeat([]byte("jaild store\n"), 100000)
 		req, _ := http.NewRequest("POST", "http://jaild/v1/files?name=in.txt", bytes.NewReader(data))
