@@ -84,6 +84,7 @@ type Report struct {
 	// smallest first: plain jails, then preloaded ones.
 	WarmJailBytes []uint64 `json:"idle_warm_jail_bytes"`
 	Sessions      Sessions `json:"sessions"`
+	Pause         Pause    `json:"paused_sessions"`
 	Files         Files    `json:"files"`
 	Images        []Image  `json:"images,omitempty"`
 }
@@ -158,7 +159,7 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	b.warm.waitReady(ctx)
 	phases := []func() error{b.latency, b.backToBack, b.cpu}
 	if !cfg.Quick {
-		phases = append(phases, b.throughput, b.sessionsAndMemory, b.files, b.images)
+		phases = append(phases, b.throughput, b.sessionsAndMemory, b.pause, b.files, b.images)
 	}
 	for _, phase := range phases {
 		if err := phase(); err != nil {

@@ -41,6 +41,7 @@ func (r *Report) Table() string {
 		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call))
 	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
 		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
+	r.Pause.table(&b)
 	r.Files.table(&b)
 	if len(r.Images) > 0 {
 		b.WriteString("\nImages: `print(1)` in each (ms, p50 / p95 / p99; ×: ratio to bare python3 in the same image), a warm pool that preloads nothing, and the image's size on disk:\n\n")

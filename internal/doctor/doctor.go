@@ -50,6 +50,7 @@ const (
 const (
 	CheckSeccomp  = "seccomp"
 	CheckNftables = "nftables (egress)"
+	CheckPause    = "paused sessions"
 )
 
 // Check is one check's result. Fix is set when Status is Warn or Fail.
@@ -151,6 +152,7 @@ func Run(ctx context.Context, o Options) Report {
 	checks = append(checks,
 		o.socket(),
 		o.daemon(served, daemonErr),
+		o.pause(served),
 	)
 	return newReport(checks)
 }
@@ -591,6 +593,26 @@ func (o Options) daemon(info *api.Info, err error) Check {
 	}
 	c.Status = OK
 	c.Detail = fmt.Sprintf("jaild %s answers: cgroup %s, image %s, %d runs at once", info.Version, info.CgroupMode, info.Rootfs.ImageDigest, info.Capacity.MaxConcurrent)
+	return c
+}
+
+// pause reports whether the daemon can pause sessions to disk, as its
+// start-up probe (a checkpoint and a restore of a test jail) found.
+func (o Options) pause(served *api.Info) Check {
+	c := Check{Name: CheckPause}
+	switch {
+	case served == nil:
+		c.Status, c.Detail = Skip, "the daemon was not asked (it probes CRIU at its start)"
+	case !served.Sessions.Enabled:
+		c.Status, c.Detail = Skip, "sessions are disabled"
+	case served.Sessions.Pause.Available:
+		c.Status = OK
+		c.Detail = "sessions can pause to disk (CRIU checkpointed and restored a test jail at the daemon's start); an idle timeout " + map[string]string{"pause": "pauses them", "end": "ends them (sessions.on_idle)"}[served.Sessions.Pause.OnIdle]
+	default:
+		c.Status = Warn
+		c.Detail = "sessions cannot pause: " + served.Sessions.Pause.Reason + "; idle sessions end, pause answers 503"
+		c.Fix = "make deps fetches a CRIU new enough for this kernel into /var/cache/jaild/criu (or set sessions.criu), then restart jaild"
+	}
 	return c
 }
 

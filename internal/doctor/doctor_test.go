@@ -227,11 +227,14 @@ func TestRunReport(t *testing.T) {
 	for _, c := range r.Checks {
 		byName[c.Name] = c
 	}
-	if len(r.Checks) != 10 || r.OK {
+	if len(r.Checks) != 11 || r.OK {
 		t.Fatalf("%d checks, ok %v: the missing socket must fail the report", len(r.Checks), r.OK)
 	}
 	if c := byName["daemon"]; c.Status != OK || !strings.Contains(c.Detail, "v-test") {
 		t.Errorf("daemon: %+v", c)
+	}
+	if c := byName[CheckPause]; c.Status != Skip || !strings.Contains(c.Detail, "disabled") {
+		t.Errorf("pause with sessions disabled: %+v", c)
 	}
 	for _, name := range []string{"kernel", "cgroups", "user namespaces", "file systems", "loop devices"} {
 		if byName[name].Status != OK {
@@ -339,5 +342,21 @@ func TestConfigure(t *testing.T) {
 	os.WriteFile(cfg, []byte("image = ["), 0o644)
 	if o, err := Configure(cfg, "", "", "/flag.sock"); err == nil || o.Socket != "/flag.sock" || o.Image == "" {
 		t.Errorf("a bad file: %+v %v; want the error and the defaults", o, err)
+	}
+}
+
+// The paused-sessions check says what the daemon's probe found.
+func TestPauseCheck(t *testing.T) {
+	var o Options
+	if c := o.pause(nil); c.Status != Skip {
+		t.Errorf("not asked: %+v", c)
+	}
+	on := &api.Info{Sessions: api.SessionInfo{Enabled: true, Pause: api.PauseInfo{Available: true, OnIdle: "pause"}}}
+	if c := o.pause(on); c.Status != OK || !strings.Contains(c.Detail, "pauses them") {
+		t.Errorf("available: %+v", c)
+	}
+	off := &api.Info{Sessions: api.SessionInfo{Enabled: true, Pause: api.PauseInfo{Reason: "no CRIU is configured (sessions.criu)", OnIdle: "end"}}}
+	if c := o.pause(off); c.Status != Warn || !strings.Contains(c.Detail, "no CRIU is configured") || c.Fix == "" {
+		t.Errorf("unavailable: %+v", c)
 	}
 }

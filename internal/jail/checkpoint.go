@@ -224,6 +224,10 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, e.redact(criuReason(work, "dump.log"), dir))
 	}
 	_ = os.RemoveAll(work)
+	// CRIU writes its images with the daemon's umask, and its restore
+	// reads some of them from within the new jail's user namespace (as the
+	// jail's host uid 0): the checkpoint directory (0700, root's) is what
+	// keeps them the daemon's only.
 	if info.Bytes, err = dirBytes(tmp); err != nil {
 		return CheckpointInfo{}, err
 	}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Pause measures paused sessions (issue 28's goals) on the warm daemon: a
+// session whose interpreter holds a ~200 MB pandas DataFrame is paused
+// (POST .../pause, timed by the client), the daemon's RSS is read while it
+// is paused, and its next call, df.shape, restores it (timed by the client
+// and by the daemon's restore_ms). A fresh session each round: a session
+// pauses once on the hosts measured (docs/API.md).
+type Pause struct {
+	Rounds int `json:"rounds"`
+	// CheckpointBytes is the size of one checkpoint on disk (the last).
+	CheckpointBytes int64 `json:"checkpoint_bytes"`
+	Pause           Stat  `json:"pause"`
+	NextCall        Stat  `json:"next_call_df_shape"`
+	Restore         Stat  `json:"restore_ms"`
+	// RSSDeltaBytes is the daemon's RSS while the session is paused
+	// minus before the pause (the median round): what the daemon itself
+	// holds for a paused session; its jail's memory is gone.
+	RSSDeltaBytes int64 `json:"daemon_rss_delta_bytes"`
+	// Unavailable says why nothing was measured (this host cannot pause).
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
+// dataFrame200MB makes a DataFrame of 3.3 M rows × 8 float64 columns
+// (211 MB) in the session.
+const dataFrame200MB = "import numpy as np, pandas as pd\ndf = pd.DataFrame(np.random.default_rng(1).random((3_300_000, 8)))\ndf.shape"
+
+func (b *bench) pause() error {
+	fmt.Fprintln(b.log, "paused sessions: a 200 MB DataFrame")
+	d := b.warm
+	rounds := min(b.cfg.Iter, 8)
+	var pauses, calls, restores []float64
+	var deltas []int64
+	for i := 0; i < rounds; i++ {
+		id, err := d.createSessionMem(1024)
+		if err != nil {
+			return err
+		}
+		if err := d.sessionCall(id, dataFrame200MB); err != nil {
+			d.deleteSession(id)
+			return err
+		}
+		rssBefore := procStatus(d.Pid(), "VmRSS:")
+		start := time.Now()
+		took, bytesOnDisk, err := d.pauseSession(id)
+		if err != nil {
+			d.deleteSession(id)
+			if strings.Contains(err.Error(), "HTTP 503") {
+				b.rep.Pause.Unavailable = err.Error()
+				return nil
+			}
+			return err
+		}
+		pauses = append(pauses, ms(time.Since(start)))
+		_ = took
+		deltas = append(deltas, int64(procStatus(d.Pid(), "VmRSS:"))-int64(rssBefore))
+		b.rep.Pause.CheckpointBytes = bytesOnDisk
+		start = time.Now()
+		restore, err := d.sessionCallResumed(id, "df.shape")
+		if err != nil {
+			d.deleteSession(id)
+			return err
+		}
+		calls = append(calls, ms(time.Since(start)))
+		restores = append(restores, restore)
+		d.deleteSession(id)
+		d.waitReady(b.ctx)
+	}
+	b.rep.Pause.Rounds = rounds
+	b.rep.Pause.Pause, b.rep.Pause.NextCall, b.rep.Pause.Restore = stats(pauses), stats(calls), stats(restores)
+	slices.Sort(deltas)
+	b.rep.Pause.RSSDeltaBytes = deltas[len(deltas)/2]
+	return nil
+}
+
+// stats is the percentiles of ds (ms), as measureAfter gives them.
+func stats(ds []float64) Stat {
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	return Stat{P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}
+}
+
+func (d *daemon) createSessionMem(mb int) (string, error) {
+	body := fmt.Sprintf(`{"limits": {"memory_mb": %d}}`, mb)
+	resp, err := d.Client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var s struct {
+		ID string `json:"session_id"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &s) != nil || s.ID == "" {
+		return "", fmt.Errorf("create session: HTTP %d: %.300s", resp.StatusCode, b)
+	}
+	return s.ID, nil
+}
+
+func (d *daemon) pauseSession(id string) (tookMs float64, bytesOnDisk int64, err error) {
+	resp, err := d.Client.Post("http://jaild/v1/sessions/"+id+"/pause", "application/json", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		TookMs  float64 `json:"took_ms"`
+		Session struct {
+			State       string `json:"state"`
+			PausedBytes int64  `json:"paused_bytes"`
+		} `json:"session"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil || r.Session.State != "paused" {
+		return 0, 0, fmt.Errorf("pause: HTTP %d: %.300s", resp.StatusCode, b)
+	}
+	return r.TookMs, r.Session.PausedBytes, nil
+}
+
+// sessionCallResumed runs code in a paused session and returns the
+// daemon's restore_ms; the call must say it resumed.
+func (d *daemon) sessionCallResumed(id, code string) (float64, error) {
+	body, _ := json.Marshal(map[string]string{"code": code})
+	resp, err := d.Client.Post("http://jaild/v1/sessions/"+id+"/execute", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Status  string `json:"status"`
+		Session struct {
+			Resumed   bool    `json:"resumed"`
+			RestoreMs float64 `json:"restore_ms"`
+		} `json:"session"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil || r.Status != "ok" || !r.Session.Resumed {
+		return 0, fmt.Errorf("call after the pause: HTTP %d: %.300s", resp.StatusCode, b)
+	}
+	return r.Session.RestoreMs, nil
+}
+
+func (p Pause) table(b *strings.Builder) {
+	if p.Unavailable != "" {
+		fmt.Fprintf(b, "\nPaused sessions: not measured, this host cannot pause them (%s).\n", p.Unavailable)
+		return
+	}
+	if p.Rounds == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nPaused sessions (a 200 MB pandas DataFrame in the interpreter; ms, p50 / p95 / p99; %d rounds): pause %s; its next call, `df.shape`, %s, of which the restore %s; checkpoint %.0f MB on disk; the daemon's RSS while it is paused %+.1f MiB (the jail's memory is gone).\n",
+		p.Rounds, stat(p.Pause), stat(p.NextCall), stat(p.Restore), float64(p.CheckpointBytes)/1e6, float64(p.RSSDeltaBytes)/(1<<20))
+}

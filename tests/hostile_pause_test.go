@@ -1,0 +1,231 @@
+package tests
+
+// Paused sessions (issue 28): a checkpoint is the session's memory, on the
+// daemon's disk. The cases: a checkpoint changed on disk, a session
+// holding what CRIU cannot dump, another uid after a paused session and
+// its checkpoint, and a session looking for traces of its pause after the
+// restore. Their sessions ask for no network (a session with egress cannot
+// pause), in the networked suite too.
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+func pauseCases() []hcase {
+	return []hcase{
+		{id: "S50", cat: catSession, title: "a paused session's checkpoint changed on disk (one bit of its memory), then called",
+			expect: "the call is refused (409 naming resume_failed) and nothing of the checkpoint runs; the session has ended and its checkpoint is deleted",
+			run:    runPauseTampered},
+		{id: "S51", cat: catSession, title: "a session holding what CRIU cannot dump (a 2 MiB file in /tmp, deleted and kept open), paused",
+			expect: "the pause answers 409 with CRIU's reason, naming no host path; the session keeps running with its state; nothing of a checkpoint is left",
+			run:    runPauseRefused},
+		{id: "S52", cat: catSession, title: "uid 65534 after root's paused session: pause, resume, execute, GET and DELETE of its id, and its checkpoint on the host's disk",
+			expect: "every request is 404 as for an id that never existed, and the session stays paused; the checkpoint directory is root's 0700: uid 65534 opens none of its files; the owner's next call restores it",
+			run:    runPauseOtherUID},
+		{id: "S53", cat: catSession, title: "a restored session looks for traces of its pause: its mounts, cgroup, fds, environment and uid map before and after",
+			expect: "the same view as before the pause but for the jail's new host ids (uid_map) and a new time namespace: no host path, no checkpoint, no fd beyond its own",
+			run:    runPauseTraces},
+	}
+}
+
+// pauseSession opens a session without network (whatever the suite
+// injects) and runs setup in it.
+func pauseSession(t *testing.T, ss *sessionSet, setup string) *sess {
+	t.Helper()
+	s, status, raw := ss.create(false, api.SessionCreateRequest{})
+	if s == nil {
+		t.Fatalf("create a session: HTTP %d: %s", status, raw)
+	}
+	wantCall(t, ss.exec(s, code(setup)), "ok")
+	return s
+}
+
+// pauseIt pauses s and checks the answer.
+func pauseIt(t *testing.T, ss *sessionSet, s *sess) api.SessionPauseResponse {
+	t.Helper()
+	status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/pause", nil)
+	var pr api.SessionPauseResponse
+	if status != http.StatusOK || strictJSON(raw, &pr) != nil || pr.Session.State != api.SessionPaused {
+		t.Fatalf("pause: HTTP %d: %s", status, raw)
+	}
+	s.jail = "" // the restore makes a new jail
+	return pr
+}
+
+func checkpointDir(h *hostile) string { return filepath.Join(h.d.Dir, "checkpoints") }
+
+func runPauseTampered(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := pauseSession(t, ss, "secret = 'kept'")
+	pauseIt(t, ss, s)
+	pages, _ := filepath.Glob(filepath.Join(checkpointDir(h), "*", "images", "pages-*.img"))
+	largest, size := "", int64(0)
+	for _, p := range pages {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > size {
+			largest, size = p, fi.Size()
+		}
+	}
+	if largest == "" {
+		t.Fatalf("no pages image in the checkpoint directory")
+	}
+	b, err := os.ReadFile(largest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(largest, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/execute", code("print(secret)"))
+	var e api.ErrorBody
+	if status != http.StatusConflict || json.Unmarshal(raw, &e) != nil || !strings.Contains(e.Error.Message, "resume_failed") {
+		t.Errorf("call on a tampered checkpoint: HTTP %d %s, want 409 naming resume_failed", status, raw)
+	}
+	var info api.Session
+	if st, raw := ss.request(false, "GET", "/v1/sessions/"+s.id, nil); st != http.StatusOK || json.Unmarshal(raw, &info) != nil || info.State != api.SessionEnded {
+		t.Errorf("the session after the refused restore: HTTP %d %s", st, raw)
+	}
+	s.closed = true
+	waitFor(t, 10*time.Second, "the tampered checkpoint removed", func() bool {
+		left, _ := filepath.Glob(filepath.Join(checkpointDir(h), "s-*"))
+		return len(left) == 0
+	})
+	return "409 naming resume_failed; nothing of it ran; the session ended and its checkpoint is gone"
+}
+
+func runPauseRefused(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := pauseSession(t, ss, "import os\nx = 7\nf = open('/tmp/big', 'wb')\nf.write(os.urandom(2 << 20)); f.flush()\nos.unlink('/tmp/big')")
+	status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/pause", nil)
+	var e api.ErrorBody
+	if status != http.StatusConflict || json.Unmarshal(raw, &e) != nil || !strings.Contains(e.Error.Message, "cannot be paused (it keeps running)") {
+		t.Fatalf("pause of a session CRIU cannot dump: HTTP %d %s", status, raw)
+	}
+	if strings.Contains(e.Error.Message, h.d.Dir) || strings.Contains(e.Error.Message, "/run/") {
+		t.Errorf("the refusal names a host path: %s", e.Error.Message)
+	}
+	r := ss.exec(s, code("x + 1"))
+	wantCall(t, r, "ok")
+	if r.Result == nil || *r.Result != "8" || r.Session.Resumed {
+		t.Errorf("after the refused pause: %+v", r)
+	}
+	if left, _ := filepath.Glob(filepath.Join(checkpointDir(h), "s-*")); len(left) != 0 {
+		t.Errorf("a refused pause left %v", left)
+	}
+	return "409: " + e.Error.Message[strings.Index(e.Error.Message, ": ")+2:] + "; the session ran on with its state"
+}
+
+func runPauseOtherUID(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := pauseSession(t, ss, "token = 'root-only'")
+	pauseIt(t, ss, s)
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/pause"}, {"POST", "/resume"}, {"POST", "/execute"}, {"GET", ""}, {"DELETE", ""},
+	} {
+		var body any
+		if r.path == "/execute" {
+			body = code("print(token)")
+		}
+		if status, raw := ss.request(true, r.method, "/v1/sessions/"+s.id+r.path, body); status != http.StatusNotFound {
+			t.Errorf("uid 65534 %s %s: HTTP %d %s", r.method, r.path, status, raw)
+		}
+	}
+	var info api.Session
+	if st, raw := ss.request(false, "GET", "/v1/sessions/"+s.id, nil); st != http.StatusOK || json.Unmarshal(raw, &info) != nil || info.State != api.SessionPaused {
+		t.Errorf("the session after uid 65534's requests: HTTP %d %s", st, raw)
+	}
+	// The checkpoint on the host's disk: beneath the daemon's 0700
+	// directory, which uid 65534 cannot enter, so none of its files opens.
+	dir := checkpointDir(h)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("checkpoint directory: %v %v", fi, err)
+	}
+	n := 0
+	_ = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return nil
+		}
+		n++
+		cmd := exec.Command("cat", p)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobodyUID, Gid: nobodyUID}}
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+			t.Errorf("uid 65534 reads %s: %v %.100q", p, err, out)
+		}
+		return nil
+	})
+	if _, _, body := curlAs(t, h.d.Socket, "GET", "/v1/files", ""); strings.Contains(string(body), "pages") {
+		t.Errorf("the file store lists a checkpoint: %s", body)
+	}
+	r := ss.exec(s, code("token"))
+	wantCall(t, r, "ok")
+	if r.Result == nil || *r.Result != "'root-only'" || !r.Session.Resumed {
+		t.Errorf("the owner's call: %+v", r)
+	}
+	return "every request of uid 65534 404; the checkpoint directory is 0700: uid 65534 opens none of its " + itoa(n) + " files; the owner's call restored it"
+}
+
+// tracesProbe prints what a session can see of where it runs.
+const tracesProbe = `import os, json
+fds = {}
+for n in os.listdir('/proc/self/fd'):
+    try: fds[n] = os.readlink('/proc/self/fd/' + n)
+    except OSError as e: fds[n] = e.strerror
+print(json.dumps({'mounts': sorted(l.split()[4] + ' ' + l.split(' - ')[1].split()[0] for l in open('/proc/self/mountinfo')),
+    'cgroup': open('/proc/self/cgroup').read(), 'env': sorted(os.environ), 'cwd': os.getcwd(),
+    'fds': sorted(n for n in fds), 'targets': sorted(set(v.split(':')[0] for v in fds.values())),
+    'uid_map': open('/proc/self/uid_map').read().split()}))
+`
+
+func runPauseTraces(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := pauseSession(t, ss, "x = 1")
+	type view struct {
+		Mounts  []string `json:"mounts"`
+		Cgroup  string   `json:"cgroup"`
+		Env     []string `json:"env"`
+		Cwd     string   `json:"cwd"`
+		Fds     []string `json:"fds"`
+		Targets []string `json:"targets"`
+		UIDMap  []string `json:"uid_map"`
+	}
+	look := func() (view, string) {
+		r := ss.exec(s, code(tracesProbe))
+		wantCall(t, r, "ok")
+		var v view
+		if err := json.Unmarshal([]byte(r.Stdout), &v); err != nil {
+			t.Fatalf("probe: %v: %s %s", err, r.Stdout, r.Stderr)
+		}
+		return v, r.Stdout
+	}
+	before, _ := look()
+	pauseIt(t, ss, s)
+	after, raw := look()
+	for _, host := range []string{h.d.Dir, "checkpoint", "criu", "/var/lib", "/run/jaild"} {
+		if strings.Contains(raw, host) {
+			t.Errorf("the restored session sees %q: %s", host, raw)
+		}
+	}
+	eq := func(a, b []string) bool { return strings.Join(a, "\n") == strings.Join(b, "\n") }
+	if !eq(before.Mounts, after.Mounts) || before.Cgroup != after.Cgroup || !eq(before.Env, after.Env) || before.Cwd != after.Cwd || !eq(before.Targets, after.Targets) {
+		t.Errorf("the view changed with the pause:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if len(after.UIDMap) != 3 || after.UIDMap[0] != "0" || after.UIDMap[2] != "65536" {
+		t.Errorf("uid_map after the restore: %v", after.UIDMap)
+	}
+	return "the same mounts, cgroup, environment, working directory and kinds of fds as before the pause; only the uid map's host ids are the new jail's"
+}
+
