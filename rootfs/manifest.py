@@ -122,8 +122,9 @@ def main():
         # exec, a job that executes a command in its place (lint and
         # format in a warm jail); seccomp_fd, an init that loads the jail's
         # seccomp filter given on an fd (--seccomp-fd); records, a session
-        # call's job may name the records pipe anew (a restored session's).
-        "runner_features": ["exec", "seccomp_fd", "records"],
+        # call's job may name the records pipe anew (a restored session's);
+        # init_reexec, an init that executes itself afresh on 'x'.
+        "runner_features": ["exec", "seccomp_fd", "records", "init_reexec"],
         "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }

@@ -33,7 +33,7 @@ func pauseCases() []hcase {
 			expect: "every request is 404 as for an id that never existed, and the session stays paused; the checkpoint directory is root's 0700: uid 65534 opens none of its files; the owner's next call restores it",
 			run:    runPauseOtherUID},
 		{id: "S53", cat: catSession, title: "a restored session looks for traces of its pause: its mounts, cgroup, fds, environment and uid map before and after",
-			expect: "the same view as before the pause but for the jail's new host ids (uid_map) and a new time namespace: no host path, no checkpoint, no fd beyond its own",
+			expect: "the same view as before the pause but for the jail's new host ids (uid_map): no host path, no checkpoint, no fd beyond its own; init (executed afresh after the restore) is still non-dumpable: /proc/1/fd refused",
 			run:    runPauseTraces},
 	}
 }
@@ -179,6 +179,9 @@ func runPauseOtherUID(t *testing.T, h *hostile) string {
 
 // tracesProbe prints what a session can see of where it runs.
 const tracesProbe = `import os, json
+def init_fds():
+    try: return str(len(os.listdir('/proc/1/fd')))
+    except OSError as e: return e.strerror
 fds = {}
 for n in os.listdir('/proc/self/fd'):
     try: fds[n] = os.readlink('/proc/self/fd/' + n)
@@ -186,7 +189,7 @@ for n in os.listdir('/proc/self/fd'):
 print(json.dumps({'mounts': sorted(l.split()[4] + ' ' + l.split(' - ')[1].split()[0] for l in open('/proc/self/mountinfo')),
     'cgroup': open('/proc/self/cgroup').read(), 'env': sorted(os.environ), 'cwd': os.getcwd(),
     'fds': sorted(n for n in fds), 'targets': sorted(set(v.split(':')[0] for v in fds.values())),
-    'uid_map': open('/proc/self/uid_map').read().split()}))
+    'uid_map': open('/proc/self/uid_map').read().split(), 'init_fds': init_fds()}))
 `
 
 func runPauseTraces(t *testing.T, h *hostile) string {
@@ -201,6 +204,7 @@ func runPauseTraces(t *testing.T, h *hostile) string {
 		Fds     []string `json:"fds"`
 		Targets []string `json:"targets"`
 		UIDMap  []string `json:"uid_map"`
+		InitFds string   `json:"init_fds"`
 	}
 	look := func() (view, string) {
 		r := ss.exec(s, code(tracesProbe))
@@ -223,9 +227,12 @@ func runPauseTraces(t *testing.T, h *hostile) string {
 	if !eq(before.Mounts, after.Mounts) || before.Cgroup != after.Cgroup || !eq(before.Env, after.Env) || before.Cwd != after.Cwd || !eq(before.Targets, after.Targets) {
 		t.Errorf("the view changed with the pause:\nbefore %+v\nafter  %+v", before, after)
 	}
+	if before.InitFds != "Permission denied" || after.InitFds != "Permission denied" {
+		t.Errorf("/proc/1/fd of init (non-dumpable): %q before the pause, %q after, want refused both times", before.InitFds, after.InitFds)
+	}
 	if len(after.UIDMap) != 3 || after.UIDMap[0] != "0" || after.UIDMap[2] != "65536" {
 		t.Errorf("uid_map after the restore: %v", after.UIDMap)
 	}
-	return "the same mounts, cgroup, environment, working directory and kinds of fds as before the pause; only the uid map's host ids are the new jail's"
+	return "the same mounts, cgroup, environment, working directory and kinds of fds as before the pause, /proc/1/fd refused before and after; only the uid map's host ids are the new jail's"
 }
 

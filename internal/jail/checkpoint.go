@@ -207,11 +207,16 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 		return CheckpointInfo{}, err
 	}
 	work := filepath.Join(tmp, "log")
+	// Cgroups "ignore": CRIU neither dumps nor restores cgroups. The
+	// restore runs criu in the new jail's cgroups (libcontainer puts it
+	// there with the jail's limits), so the restored processes are born in
+	// them; and CRIU mounts no cgroup2 of its own, which would reset the
+	// host's hierarchy options (favordynmods, nsdelegate).
 	err = e.withCRIU("", func() error {
 		return j.c.Checkpoint(&libcontainer.CriuOpts{
 			ImagesDirectory:   images,
 			WorkDirectory:     work,
-			ManageCgroupsMode: "soft",
+			ManageCgroupsMode: "ignore",
 			TcpEstablished:    true,
 			FileLocks:         true,
 		})
@@ -348,7 +353,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 		return j.c.Restore(proc, &libcontainer.CriuOpts{
 			ImagesDirectory:   scratch,
 			WorkDirectory:     scratch + "-log",
-			ManageCgroupsMode: "soft",
+			ManageCgroupsMode: "ignore",
 			TcpEstablished:    true,
 			FileLocks:         true,
 		})

@@ -16,12 +16,35 @@ import (
 // The engine's own probe: a shell's variable, file in /tmp, working
 // directory and a pipe beyond stdio survive a checkpoint and a restore
 // into a new jail with other host ids.
+// The host's cgroup hierarchies keep their mount options: CRIU is told to
+// leave cgroups alone (a cgroup2 mount of its own would reset the
+// hierarchy's options, favordynmods and nsdelegate among them).
 func TestCheckpointProbe(t *testing.T) {
+	before, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if err := testEngine.ProbeCheckpoint(t.TempDir(), 30*time.Second); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
 	t.Logf("probe took %v", time.Since(start))
+	after, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroupLines := func(b []byte) string {
+		var out []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, " - cgroup") {
+				out = append(out, l)
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	if cgroupLines(before) != cgroupLines(after) {
+		t.Errorf("cgroup mounts changed by a checkpoint and a restore:\nbefore %s\nafter  %s", cgroupLines(before), cgroupLines(after))
+	}
 }
 
 // A restored jail's processes have exactly the isolation of the
@@ -90,6 +113,24 @@ func TestCheckpointRestoredIsolation(t *testing.T) {
 	}
 	if want["Seccomp"] != "2" || want["NoNewPrivs"] != "1" || want["CapEff"] != "0000000000000000" {
 		t.Errorf("the checkpointed jail was not isolated to begin with: %v", want)
+	}
+	// In the new jail's cgroups (with its limits), not the old one's.
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(after), "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && (parts[1] == "" || strings.Contains(parts[1], "memory") || strings.Contains(parts[1], "pids") || strings.Contains(parts[1], "freezer")) && !strings.HasSuffix(parts[2], "/"+r.ID()) {
+			t.Errorf("restored process's cgroup %q: not the new jail's %s", line, r.ID())
+		}
+	}
+	limitFile := filepath.Join(r.cgroups["memory"], "memory.limit_in_bytes")
+	if CgroupMode() == "v2" {
+		limitFile = filepath.Join(r.cgroups[""], "memory.max")
+	}
+	if b, err := os.ReadFile(limitFile); err != nil || strings.TrimSpace(string(b)) != strconv.FormatInt(sp.Limits.MemoryBytes, 10) {
+		t.Errorf("the new jail's memory limit: %q %v, want %d", b, err, sp.Limits.MemoryBytes)
 	}
 	uidMap, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(after), "uid_map"))
 	if err != nil {

@@ -48,7 +48,7 @@ type OpenSessionInput struct {
 // SessionInfo describes a session to the model.
 type SessionInfo struct {
 	SessionID          string  `json:"session_id" jsonschema:"pass it to run_python as session_id"`
-	State              string  `json:"state" jsonschema:"idle (ready for a call), running (a call is in progress) or ended"`
+	State              string  `json:"state" jsonschema:"idle (ready for a call), running (a call is in progress), paused (on disk after its idle timeout: the next call restores it, as it was) or ended"`
 	EndReason          string  `json:"end_reason,omitempty" jsonschema:"why an ended session ended"`
 	ExpiresAt          string  `json:"expires_at" jsonschema:"when the session ends at the latest, RFC 3339 (its time to live)"`
 	IdleTimeoutSeconds int64   `json:"idle_timeout_seconds" jsonschema:"the session ends after this many seconds without a call, counted from the end of the last call"`

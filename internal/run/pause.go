@@ -28,6 +28,9 @@ type PauseInfo = spec.PauseInfo
 type pausedState struct {
 	dir  string
 	info jail.CheckpointInfo
+	// events is the jail's reports channel: a report init wrote before the
+	// dump (an interpreter's exit) is passed on after the restore.
+	events chan runner.Report
 }
 
 // Pause checkpoints the session to disk and destroys its jail. A session
@@ -79,7 +82,7 @@ func (ss *Session) Pause() (PauseInfo, error) {
 		}
 		if errors.Is(err, jail.ErrCheckpointRefused) {
 			ss.mu.Lock()
-			restored := ss.recordsIno != 0
+			restored := ss.recordsIno != 0 && !ss.reexeced
 			ss.mu.Unlock()
 			if restored {
 				// Measured with CRIU 4.2.1 on Linux 6.18: CRIU cannot open
@@ -93,7 +96,7 @@ func (ss *Session) Pause() (PauseInfo, error) {
 		return PauseInfo{}, errdefs.New(errdefs.ErrUnavailable, "the session could not be paused (it keeps running); the daemon's log says why")
 	}
 	ss.mu.Lock()
-	ss.paused = &pausedState{dir: dir, info: info}
+	ss.paused = &pausedState{dir: dir, info: info, events: ss.events}
 	ss.st = nil
 	ss.pausing = false
 	ss.mu.Unlock()
@@ -188,11 +191,22 @@ func (ss *Session) resume() (time.Duration, error) {
 		st.Destroy()
 		return 0, err
 	}
-	ss.wire(st, runner.NewControl(p.ctlW, p.statR), records)
+	ctl := runner.NewControl(p.ctlW, p.statR)
+	ss.wire(st, ctl, records)
+	for pending := true; pending; {
+		select {
+		case rep := <-ps.events:
+			ss.events <- rep
+		default:
+			pending = false
+		}
+	}
 	ss.mu.Lock()
 	ss.paused = nil
 	ss.recordsIno = fi.Ino
+	ss.reexeced = false
 	ss.mu.Unlock()
+	ss.reexecInit(ctl)
 	if err := os.RemoveAll(ps.dir); err != nil {
 		ss.s.log.Warn("remove a resumed session's checkpoint", "id", ss.ID(), "err", err)
 	}
@@ -234,3 +248,43 @@ func probeReason(err error) string {
 // CheckpointsUnavailable is why sessions cannot pause on this host; ""
 // when they can.
 func (s *Service) CheckpointsUnavailable() string { return *s.cpWhy.Load() }
+
+// reexecTimeout bounds init's answer to Reexec.
+const reexecTimeout = 5 * time.Second
+
+// reexecInit has a restored session's init execute itself afresh
+// (runner.Control.Reexec): CRIU made the restored init's memory outside
+// the jail's user namespace, and cannot dump it again while it is
+// non-dumpable (measured: CRIU 4.2.1, Linux 6.18); after an execve it is
+// the jail's again, and the session can pause again. callMu is held. An
+// image without the feature, or no answer, leaves the session running but
+// unable to pause again (Pause says so).
+func (ss *Session) reexecInit(ctl *runner.Control) {
+	if !ss.st.j.Manifest().RunnerCan(runner.FeatureReexec) {
+		return
+	}
+	if err := ctl.Reexec(); err != nil {
+		return
+	}
+	timer := time.NewTimer(reexecTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case rep := <-ss.events:
+			if rep.Kind == runner.ReportStarted {
+				ss.mu.Lock()
+				ss.reexeced = true
+				ss.mu.Unlock()
+				return
+			}
+			// An exit report of the interpreter, from before the pause:
+			// the next call finds the loss as it would have.
+			defer func() { ss.events <- rep }()
+		case <-ss.done:
+			return
+		case <-timer.C:
+			ss.s.log.Warn("restored session's init did not execute afresh; it cannot pause again", "id", ss.ID())
+			return
+		}
+	}
+}

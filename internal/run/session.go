@@ -72,6 +72,9 @@ type Session struct {
 	// recordsIno is the records pipe's inode after a restore (the
 	// runner is told it: runner.Job.Records); 0 before any.
 	recordsIno uint64
+	// reexeced: the restored init executed afresh (reexecInit), so that
+	// the session can pause again.
+	reexeced bool
 	calls      int
 	fresh      bool // the interpreter has had no job yet
 	losses     int  // in a row

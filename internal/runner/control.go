@@ -109,6 +109,15 @@ func (c *Control) Kill() error { return c.send('k') }
 // report; init reports "started".
 func (c *Control) Restart() error { return c.send('r') }
 
+// Reexec has init execute itself afresh in place, keeping the interpreter
+// (a restored session's init; see init.c, 'x'); init reports "started".
+// Only an image with FeatureReexec knows it.
+func (c *Control) Reexec() error { return c.send('x') }
+
+// FeatureReexec is the runner feature (rootfs.Manifest.RunnerFeatures) of
+// an init that knows Reexec.
+const FeatureReexec = "init_reexec"
+
 // send writes one command; an error means the jail is going.
 func (c *Control) send(cmd byte) error {
 	if _, err := c.cmds.Write([]byte{cmd}); err != nil {

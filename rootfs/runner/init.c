@@ -1,5 +1,6 @@
 /*
  * jaild's pid 1 in a jail: /opt/jaild/init [--seccomp-fd N] PROGRAM [ARG...]
+ *                          /opt/jaild/init --adopt PID JOBS PROGRAM [ARG...] (by 'x' only)
  *
  * With --seccomp-fd, before anything else: reads the jail's seccomp filter
  * (a program of struct sock_filter, compiled once by the daemon, in a
@@ -21,10 +22,16 @@
  *         'i'  send SIGINT to PROGRAM (interrupt the user's code)
  *         'k'  send SIGKILL to PROGRAM
  *         'r'  after PROGRAM ended in session mode: start it afresh
+ *         'x'  execute this init afresh in place, PROGRAM kept (--adopt):
+ *              a session restored from a checkpoint has an init whose
+ *              memory CRIU made outside the jail's user namespace, which
+ *              CRIU cannot dump again while it is non-dumpable; a fresh
+ *              execve makes it the jail's again
  *         EOF  the daemon is gone: in session mode, end the jail
  *   fd 6  STATUS, written: lines for the daemon
  *         "exit CODE SIGNAL"  PROGRAM ended (CODE -1 after a signal)
- *         "started"           PROGRAM was started afresh ('r')
+ *         "started"           PROGRAM was started afresh ('r'), or this
+ *                             init executed afresh ('x')
  * Both are kept from PROGRAM (close-on-exec), and this process makes
  * itself non-dumpable, so that user code, which runs as the same user,
  * cannot reach them through /proc/1/fd: only the daemon commands init and
@@ -165,8 +172,56 @@ static int load_filter(const char *arg)
 	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
 }
 
+/* 'x': executes this init afresh, in session mode, adopting child (or
+ * none, -1) and the jobs copy; returns only if the execve failed. The
+ * control, status and jobs fds survive it; SIGCHLD stays blocked, so no
+ * child's end is lost (a zombie waits for the new init's reap). */
+static void reexec(char *self, char **program, pid_t child, int jobs)
+{
+	char pidarg[24], jobsarg[24];
+	snprintf(pidarg, sizeof pidarg, "%d", (int)child);
+	snprintf(jobsarg, sizeof jobsarg, "%d", jobs);
+	int n = 0;
+	while (program[n])
+		n++;
+	char **args = calloc((size_t)n + 5, sizeof *args);
+	if (!args)
+		return;
+	args[0] = self;
+	args[1] = "--adopt";
+	args[2] = pidarg;
+	args[3] = jobsarg;
+	for (int i = 0; i < n; i++)
+		args[4 + i] = program[i];
+	int fds[] = {CONTROL_FD, STATUS_FD, jobs};
+	for (int i = 0; i < 3; i++)
+		(void)fcntl(fds[i], F_SETFD, 0);
+	execv(self, args);
+	for (int i = 0; i < 3; i++)
+		cloexec(fds[i]);
+	free(args);
+}
+
 int main(int argc, char **argv)
 {
+	char *self = argv[0]; /* this init's path, for 'x' */
+	pid_t adopt = 0; /* --adopt: PROGRAM runs already (its pid; -1 none) */
+	int adopt_jobs = -1;
+	if (argc >= 5 && strcmp(argv[1], "--adopt") == 0) {
+		char *end;
+		long pid = strtol(argv[2], &end, 10);
+		long jfd = *end ? -1 : strtol(argv[3], &end, 10);
+		if (*end || pid < -1 || pid == 0 || jfd < 10 || jfd > 1024 || !valid_fd((int)jfd) ||
+		    !valid_fd(CONTROL_FD) || !valid_fd(STATUS_FD)) {
+			fputs("jaild init: bad --adopt\n", stderr);
+			return 2;
+		}
+		adopt = (pid_t)pid;
+		adopt_jobs = (int)jfd;
+		argv[3] = argv[0];
+		argv += 3;
+		argc -= 3;
+	}
 	if (argc >= 3 && strcmp(argv[1], "--seccomp-fd") == 0) {
 		if (load_filter(argv[2]) != 0) {
 			fprintf(stderr, "jaild init: cannot load the jail's seccomp filter: %s\n", strerror(errno));
@@ -191,8 +246,12 @@ int main(int argc, char **argv)
 		cloexec(status_fd);
 		set_nonblock(control, 1); /* init's alone: nobody else has it */
 		/* A copy of the jobs pipe for a fresh PROGRAM. */
-		jobs = fcntl(JOB_FD, F_DUPFD_CLOEXEC, 10);
+		jobs = adopt ? adopt_jobs : fcntl(JOB_FD, F_DUPFD_CLOEXEC, 10);
+		cloexec(jobs);
 		(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	} else if (adopt) {
+		fputs("jaild init: --adopt without the control and status fds\n", stderr);
+		return 2;
 	}
 	/* SIGCHLD is blocked but while waiting in ppoll, so that none is lost
 	 * between a reap and the wait. */
@@ -207,11 +266,22 @@ int main(int argc, char **argv)
 	sa.sa_handler = on_chld;
 	sigaction(SIGCHLD, &sa, NULL);
 
-	pid_t child = spawn(argv + 1, &old);
-	if (child < 0)
-		return 2;
-	close(JOB_FD); /* the runner's to read */
+	pid_t child;
 	int session = 0, ended = 0, estatus = 0;
+	if (adopt) {
+		/* Executed afresh by 'x': PROGRAM runs, or (-1) ended and was
+		 * reported, and the daemon's next command is 'r'. */
+		child = adopt;
+		session = 1;
+		write_all(status_fd, "started\n", 8);
+		if (child < 0)
+			goto await_restart;
+	} else {
+		child = spawn(argv + 1, &old);
+		if (child < 0)
+			return 2;
+		close(JOB_FD); /* the runner's to read */
+	}
 	for (;;) {
 		int st;
 		pid_t pid;
@@ -258,9 +328,11 @@ int main(int argc, char **argv)
 			                 WIFSIGNALED(estatus) ? WTERMSIG(estatus) : 0);
 			write_all(status_fd, line, (size_t)m);
 			ended = 0;
+		await_restart:
 			if (control < 0)
 				return 0; /* the daemon is gone */
-			/* Wait for 'r' (start afresh) or EOF (the end). */
+			/* Wait for 'r' (start afresh) or EOF (the end); 'x' here
+			 * executes init afresh with no PROGRAM to adopt. */
 			int restart = 0;
 			while (!restart) {
 				struct pollfd p = {.fd = control, .events = POLLIN};
@@ -269,6 +341,8 @@ int main(int argc, char **argv)
 				n = read(control, cmd, sizeof cmd);
 				if (n == 0)
 					return 0;
+				if (n > 0 && memchr(cmd, 'x', (size_t)n))
+					reexec(self, argv + 1, -1, jobs);
 				if (n > 0 && memchr(cmd, 'r', (size_t)n))
 					restart = 1;
 			}
@@ -313,6 +387,10 @@ int main(int argc, char **argv)
 				case 'k':
 					if (child > 0)
 						kill(child, SIGKILL);
+					break;
+				case 'x':
+					if (session && child > 0)
+						reexec(self, argv + 1, child, jobs);
 					break;
 				}
 			}

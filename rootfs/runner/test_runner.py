@@ -1052,6 +1052,28 @@ class SessionModeTest(RunnerTestCase):
         self.assertEqual(end["status"], 1)
         self.assertNoStatus(jail)
 
+    def test_reexec_keeps_the_interpreter(self):
+        """'x' executes init afresh in place (a restored session's init),
+        adopting the running interpreter: state, session mode, a loss and
+        a restart all as before; after a loss, 'x' then 'r' too."""
+        jail = self.start()
+        jail.call("x = 41\n")
+        jail.command("x")
+        self.assertEqual(jail.status.readline(), "started")
+        recs, end, out = jail.call("print(x + 1)\n")
+        self.assertEqual((recs, end, out), ([], {"type": "end", "status": 0, "call": 2}, "42\n"))
+        jail.command("x")
+        self.assertEqual(jail.status.readline(), "started")
+        jail.submit("import os\nos._exit(3)\n")
+        self.assertEqual(jail.status.readline(), "exit 3 0")
+        jail.command("x")  # init waits for 'r' now, and executes afresh first
+        self.assertEqual(jail.status.readline(), "started")
+        jail.command("r")
+        self.assertEqual(jail.status.readline(), "started")
+        recs, end, out = jail.call("print('fresh', 'x' in globals())\n")
+        self.assertEqual((recs, end["status"], out), ([], 0, "fresh False\n"))
+        self.assertNoStatus(jail)
+
     def test_crash_and_restart(self):
         jail = self.start()
         jail.call("x = 1\n")
