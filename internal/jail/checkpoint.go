@@ -74,6 +74,7 @@ var (
 	ErrCheckpointsOff     = errdefs.New(errdefs.ErrUnavailable, "checkpoints are not available on this host")
 	ErrCheckpointRefused  = errors.New("the jail's state cannot be checkpointed")
 	ErrCheckpointTampered = errors.New("checkpoint does not verify")
+	ErrRestoreFailed      = errors.New("CRIU could not restore the checkpoint")
 )
 
 const (
@@ -370,7 +371,10 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	if err != nil {
 		j.exit = Exit{Code: -1, Err: err}
 		close(j.done)
-		return nil, fmt.Errorf("restore: %s", e.redact(criuReason(scratch+"-log", "restore.log"), dir))
+		if _, serr := os.Stat(filepath.Join(scratch+"-log", "restore.log")); serr != nil {
+			return nil, fmt.Errorf("restore: %w", err) // CRIU did not run
+		}
+		return nil, fmt.Errorf("%w: %s", ErrRestoreFailed, e.redact(criuReason(scratch+"-log", "restore.log"), dir))
 	}
 	j.holdMountNamespace(proc)
 	go func() {

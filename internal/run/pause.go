@@ -239,8 +239,8 @@ func probeReason(err error) string {
 	switch {
 	case errors.Is(err, jail.ErrCheckpointsOff):
 		return "no CRIU is configured (sessions.criu)"
-	case errors.Is(err, jail.ErrCheckpointRefused):
-		return refusedReason(err)
+	case errors.Is(err, jail.ErrCheckpointRefused), errors.Is(err, jail.ErrRestoreFailed):
+		return err.Error() // CRIU's first error, host paths taken out
 	}
 	return "see the daemon's log"
 }

@@ -12,7 +12,8 @@ echo "vm-guest: kernel $(uname -r), /sys/fs/cgroup is $(stat -fc %T /sys/fs/cgro
 
 # Off the 9p share first: binaries run from the guest's own disk.
 mkdir -p /opt/vmtest
-cp "$share/guest.test" "$share/jail.test" "$share/run.test" /opt/vmtest/ && cp -r "$share/src" "$share/images" /opt/vmtest/ || fail "copy"
+cp "$share/guest.test" "$share/jail.test" "$share/run.test" /opt/vmtest/ && cp -r "$share/src" "$share/images" "$share/criu" /opt/vmtest/ || fail "copy"
+export JAILD_CRIU=/opt/vmtest/criu/bin/criu   # the tests' (and, set by the suite, the daemon's) CRIU
 
 echo "vm-guest: apt-get install ./jaild_*.deb ./jaild-rootfs_*.deb (offline: every dependency is in the guest)"
 apt-get install -y "$share"/jaild_*.deb "$share"/jaild-rootfs_*.deb || fail "installing the packages"

@@ -40,6 +40,12 @@ second=${IMAGES_DIR:-/var/cache/jaild/rootfs}/python-minimal/current
 [[ -f $second/rootfs.squashfs ]] || die "no python-minimal image in $second (make rootfs-images)"
 mkdir -p "$share/images/python-minimal/current"
 cp "$second/rootfs.squashfs" "$second/manifest.json" "$share/images/python-minimal/current/"
+# A CRIU new enough for paused sessions (make deps: deploy/criu/fetch.sh),
+# which the suite points the daemon and the tests at: Debian trixie's 4.1.1,
+# which the package recommends and the guest has, is probed as well.
+criu=$(readlink -f "${JAILD_CRIU_CACHE:-/var/cache/jaild/criu}/current")
+[[ -x $criu/bin/criu ]] || die "no CRIU in ${JAILD_CRIU_CACHE:-/var/cache/jaild/criu}/current (make deps)"
+cp -a "$criu" "$share/criu"
 export CGO_ENABLED=1
 go=${GO:-go}
 "$go" test -c -trimpath -tags 'seccomp vmguest' -o "$share/guest.test" "$repo/tests/vm/guest"
