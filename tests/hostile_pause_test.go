@@ -235,4 +235,3 @@ func runPauseTraces(t *testing.T, h *hostile) string {
 	}
 	return "the same mounts, cgroup, environment, working directory and kinds of fds as before the pause, /proc/1/fd refused before and after; only the uid map's host ids are the new jail's"
 }
-

@@ -74,16 +74,16 @@ type Session struct {
 	recordsIno uint64
 	// reexeced: the restored init executed afresh (reexecInit), so that
 	// the session can pause again.
-	reexeced bool
-	calls      int
-	fresh      bool // the interpreter has had no job yet
-	losses     int  // in a row
-	cur        *callState
-	net        egress.Usage // the jail's traffic at the end of the last call
-	ended      bool
-	endReason  string
-	done       chan struct{} // closed when the session ended
-	closeOnce  sync.Once
+	reexeced  bool
+	calls     int
+	fresh     bool // the interpreter has had no job yet
+	losses    int  // in a row
+	cur       *callState
+	net       egress.Usage // the jail's traffic at the end of the last call
+	ended     bool
+	endReason string
+	done      chan struct{} // closed when the session ended
+	closeOnce sync.Once
 }
 
 // callState is what the readers deliver to the call in progress.
