@@ -399,8 +399,11 @@ func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) 
 	return out, err
 }
 
-func (d *daemon) createSession() (string, error) {
-	resp, err := d.Client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader("{}"))
+func (d *daemon) createSession() (string, error) { return d.createSessionWith("{}") }
+
+// createSessionWith creates a session with body, a POST /v1/sessions.
+func (d *daemon) createSessionWith(body string) (string, error) {
+	resp, err := d.Client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}
@@ -408,9 +411,9 @@ func (d *daemon) createSession() (string, error) {
 	var s struct {
 		ID string `json:"session_id"`
 	}
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(body, &s) != nil || s.ID == "" {
-		return "", fmt.Errorf("create session: HTTP %d: %.300s", resp.StatusCode, body)
+	answer, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(answer, &s) != nil || s.ID == "" {
+		return "", fmt.Errorf("create session: HTTP %d: %.300s", resp.StatusCode, answer)
 	}
 	return s.ID, nil
 }

@@ -43,7 +43,7 @@ func (b *bench) pause() error {
 	var pauses, calls, restores []float64
 	var deltas []int64
 	for i := 0; i < rounds; i++ {
-		id, err := d.createSessionMem(1024)
+		id, err := d.createSessionWith(`{"limits": {"memory_mb": 1024}}`)
 		if err != nil {
 			return err
 		}
@@ -89,23 +89,6 @@ func stats(ds []float64) Stat {
 	slices.Sort(ds)
 	pct := func(p float64) float64 { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
 	return Stat{P50: pct(0.50), P95: pct(0.95), P99: pct(0.99)}
-}
-
-func (d *daemon) createSessionMem(mb int) (string, error) {
-	body := fmt.Sprintf(`{"limits": {"memory_mb": %d}}`, mb)
-	resp, err := d.Client.Post("http://jaild/v1/sessions", "application/json", strings.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var s struct {
-		ID string `json:"session_id"`
-	}
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &s) != nil || s.ID == "" {
-		return "", fmt.Errorf("create session: HTTP %d: %.300s", resp.StatusCode, b)
-	}
-	return s.ID, nil
 }
 
 func (d *daemon) pauseSession(id string) (tookMs float64, bytesOnDisk int64, err error) {

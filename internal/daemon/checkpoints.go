@@ -1,16 +1,13 @@
 package daemon
 
 import (
-	"crypto/rand"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/jaild/jaild/internal/config"
+	"github.com/jaild/jaild/internal/jail"
 )
 
 // fetchedCRIU is where `make deps` puts a CRIU new enough for this
@@ -59,45 +56,7 @@ func checkpointKey(dir string) ([]byte, error) {
 			}
 		}
 	}
-	path := filepath.Join(dir, "key")
-	key, err := os.ReadFile(path)
-	switch {
-	case err == nil && len(key) >= 32:
-		return key, nil
-	case err == nil:
-		return nil, fmt.Errorf("checkpoint key %s has %d bytes, fewer than 32", path, len(key))
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, err
-	}
-	key = make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	_, err = f.Write(key)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return nil, err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return key, d.Sync()
+	return jail.CheckpointKey(filepath.Join(dir, "key"))
 }
 
 // probeCheckpoints finds out whether sessions can pause here, before the

@@ -260,6 +260,29 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 	return info, syncDir(filepath.Dir(dir))
 }
 
+// CheckpointKey returns the key kept in the file path (0600), made once
+// (32 random bytes, written to a temporary file, fsynced and renamed) when
+// there is none: the engine's Config.CheckpointKey.
+func CheckpointKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(key) >= 32:
+		return key, nil
+	case err == nil:
+		return nil, fmt.Errorf("checkpoint key %s has %d bytes, fewer than 32", path, len(key))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := writeFileSync(path, key, 0o600); err != nil {
+		return nil, err
+	}
+	return key, syncDir(filepath.Dir(path))
+}
+
 // ReadCheckpoint verifies the checkpoint in dir and returns its record.
 func (e *Engine) ReadCheckpoint(dir string) (CheckpointInfo, error) {
 	if e.criu == nil {

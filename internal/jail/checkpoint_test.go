@@ -53,22 +53,7 @@ func TestCheckpointProbe(t *testing.T) {
 // namespace's map rewritten), and no file but their pipes.
 func TestCheckpointRestoredIsolation(t *testing.T) {
 	sp := Spec{Limits: DefaultLimits()}
-	j, err := testEngine.Create(sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(j.Destroy)
-	p, err := newProbePipes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
-	script := `sleep 1000 & n=0; while read l; do n=$((n+1)); echo "$n" >&3; done`
-	if err := j.Start(Process{Args: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
-		Stdin: p.inR, Stdout: p.nullW, Stderr: p.nullW, ExtraFiles: []*os.File{p.outW}}); err != nil {
-		t.Fatal(err)
-	}
-	p.closeChild()
+	j, p := shellJail(t, sp, `sleep 1000 & n=0; while read l; do n=$((n+1)); echo "$n" >&3; done`)
 	deadline := time.Now().Add(20 * time.Second)
 	if err := p.ask("a", "1", deadline); err != nil {
 		t.Fatal(err)
@@ -85,17 +70,7 @@ func TestCheckpointRestoredIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-j.Done()
-	q, err := newProbePipes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(q.close)
-	r, err := testEngine.Restore(sp, cp, Process{Stdin: q.inR, Stdout: q.nullW, Stderr: q.nullW, ExtraFiles: []*os.File{q.outW}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Destroy)
-	q.closeChild()
+	r, q := restoreShell(t, sp, cp)
 	if err := q.ask("b", "2", deadline); err != nil {
 		t.Fatal(err)
 	}
@@ -159,21 +134,7 @@ func TestCheckpointRestoredIsolation(t *testing.T) {
 // another key.
 func TestCheckpointTampered(t *testing.T) {
 	sp := Spec{Limits: DefaultLimits()}
-	j, err := testEngine.Create(sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(j.Destroy)
-	p, err := newProbePipes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
-	if err := j.Start(Process{Args: []string{"/bin/sh", "-c", `while read l; do echo "$l" >&3; done`}, Env: []string{"PATH=/usr/bin:/bin"},
-		Stdin: p.inR, Stdout: p.nullW, Stderr: p.nullW, ExtraFiles: []*os.File{p.outW}}); err != nil {
-		t.Fatal(err)
-	}
-	p.closeChild()
+	j, p := shellJail(t, sp, `while read l; do echo "$l" >&3; done`)
 	if err := p.ask("a", "a", time.Now().Add(20*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -221,4 +182,45 @@ func TestCheckpointTampered(t *testing.T) {
 	if n := testEngine.alive.Load(); n != alive {
 		t.Errorf("%d jails alive after the refused restore, %d before", n, alive)
 	}
+}
+
+// shellJail starts a jail whose shell runs script with a pipe beyond
+// stdio on fd 3 (probePipes: ask writes a line to its stdin and reads the
+// answer on fd 3).
+func shellJail(t *testing.T, sp Spec, script string) (*Jail, *probePipes) {
+	t.Helper()
+	j, err := testEngine.Create(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(j.Destroy)
+	p, err := newProbePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	if err := j.Start(Process{Args: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+		Stdin: p.inR, Stdout: p.nullW, Stderr: p.nullW, ExtraFiles: []*os.File{p.outW}}); err != nil {
+		t.Fatal(err)
+	}
+	p.closeChild()
+	return j, p
+}
+
+// restoreShell restores the checkpoint cp of a shellJail into a new jail
+// with new pipes.
+func restoreShell(t *testing.T, sp Spec, cp string) (*Jail, *probePipes) {
+	t.Helper()
+	q, err := newProbePipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.close)
+	r, err := testEngine.Restore(sp, cp, Process{Stdin: q.inR, Stdout: q.nullW, Stderr: q.nullW, ExtraFiles: []*os.File{q.outW}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Destroy)
+	q.closeChild()
+	return r, q
 }

@@ -5,6 +5,8 @@ package jail
 // that need real jails (see main_test.go).
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -117,4 +119,89 @@ func TestMountOptions(t *testing.T) {
 			t.Errorf("hasOption(%q) = %v, want %v", c.opts, got, want)
 		}
 	}
+}
+
+// The checkpoint key is made once and read back; a short one is refused.
+func TestCheckpointKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key")
+	k1, err := CheckpointKey(path)
+	if err != nil || len(k1) != 32 {
+		t.Fatalf("new key: %d bytes, %v", len(k1), err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("key file: %v %v", fi, err)
+	}
+	k2, err := CheckpointKey(path)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Errorf("key read back: %x, %v; made %x", k2, err, k1)
+	}
+	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckpointKey(path); err == nil {
+		t.Error("a 5-byte key was taken")
+	}
+}
+
+// usernsImage is a CRIU userns image of one uid and one gid extent.
+func usernsImage(first, lower, count uint64) []byte {
+	ext := func() []byte {
+		var e []byte
+		for i, v := range []uint64{first, lower, count} {
+			e = binary.AppendUvarint(e, uint64(i+1)<<3)
+			e = binary.AppendUvarint(e, v)
+		}
+		return e
+	}
+	var entry []byte
+	for _, field := range []uint64{1, 2} {
+		e := ext()
+		entry = binary.AppendUvarint(entry, field<<3|2)
+		entry = binary.AppendUvarint(entry, uint64(len(e)))
+		entry = append(entry, e...)
+	}
+	b := binary.LittleEndian.AppendUint32(nil, criuImgCommon)
+	b = binary.LittleEndian.AppendUint32(b, criuUsernsImg)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(entry)))
+	return append(b, entry...)
+}
+
+// The user namespace image's map moves to the new range; any other shape,
+// or an extent outside the old jail's range, is refused.
+func TestRemapUserns(t *testing.T) {
+	got, err := remapUserns(usernsImage(0, 1_500_000_000, idMapSize), 1_500_000_000, 1_500_065_536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := usernsImage(0, 1_500_065_536, idMapSize); !bytes.Equal(got, want) {
+		t.Errorf("remapped image %x, want %x", got, want)
+	}
+	for name, b := range map[string][]byte{
+		"outside the range": usernsImage(0, 1_000, idMapSize),
+		"beyond the range":  usernsImage(0, 1_500_000_001, idMapSize),
+		"truncated":         usernsImage(0, 1_500_000_000, idMapSize)[:20],
+		"no magic":          append([]byte{1, 2, 3, 4}, usernsImage(0, 1_500_000_000, idMapSize)[4:]...),
+		"empty":             nil,
+	} {
+		if _, err := remapUserns(b, 1_500_000_000, 1_500_065_536); !errors.Is(err, ErrCheckpointTampered) {
+			t.Errorf("%s: %v, want ErrCheckpointTampered", name, err)
+		}
+	}
+}
+
+// remapUserns reads a file of the checkpoint, signed but parsed as
+// hostile: it never panics, and what it accepts maps into the new range.
+func FuzzRemapUserns(f *testing.F) {
+	f.Add(usernsImage(0, 1_500_000_000, idMapSize))
+	f.Add(usernsImage(10, 1_500_000_010, 5))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := remapUserns(b, 1_500_000_000, 1_600_000_000)
+		if err != nil {
+			return
+		}
+		if _, err := remapUserns(out, 1_600_000_000, 1_500_000_000); err != nil {
+			t.Errorf("an accepted image's remap is refused back: %v", err)
+		}
+	})
 }
