@@ -93,6 +93,8 @@ var criuMu sync.Mutex
 type criuSetup struct {
 	real string // the configured criu program
 	dir  string // holds the wrapper "criu" and, during a restore, "inherit"
+	yard string // CRIU's cgroup yard (cgroupYard)
+	conf string // every jail's CRIU configuration (criuConfFor)
 }
 
 // setupCRIU writes the wrapper of criu into RunDir/criu.
@@ -119,7 +121,11 @@ func (e *Engine) setupCRIU() error {
 	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
 		return err
 	}
-	e.criu = &criuSetup{real: e.cfg.CRIU, dir: dir}
+	yard, err := cgroupYard(filepath.Join(dir, "yard"))
+	if err != nil {
+		return err
+	}
+	e.criu = &criuSetup{real: e.cfg.CRIU, dir: dir, yard: yard, conf: criuConfFor(yard)}
 	return nil
 }
 
@@ -217,7 +223,7 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 		return j.c.Checkpoint(&libcontainer.CriuOpts{
 			ImagesDirectory:   images,
 			WorkDirectory:     work,
-			ManageCgroupsMode: "ignore",
+			ManageCgroupsMode: "soft",
 			TcpEstablished:    true,
 			FileLocks:         true,
 		})
@@ -347,7 +353,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	// and 5 the namespaces libcontainer may pass), opened by the wrapper
 	// from this process's fds.
 	var inherit, conf strings.Builder
-	conf.WriteString(criuConf)
+	conf.WriteString(e.criu.conf)
 	for i, f := range p.ExtraFiles {
 		fd := 6 + i
 		rc, err := f.SyscallConn()
@@ -377,7 +383,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 		return j.c.Restore(proc, &libcontainer.CriuOpts{
 			ImagesDirectory:   scratch,
 			WorkDirectory:     scratch + "-log",
-			ManageCgroupsMode: "ignore",
+			ManageCgroupsMode: "soft",
 			TcpEstablished:    true,
 			FileLocks:         true,
 		})
@@ -387,7 +393,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 		runtime.KeepAlive(f)
 	}
 	// The jail's next checkpoint must not look for those fds.
-	if cerr := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(criuConf), 0o600); err == nil && cerr != nil {
+	if cerr := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(e.criu.conf), 0o600); err == nil && cerr != nil {
 		j.Kill()
 		err = cerr
 	}
@@ -424,10 +430,43 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	return j, nil
 }
 
-// criuConf is every jail's CRIU configuration (libcontainer passes it by
-// the org.criu.config label): a jail's network namespace is locked with
-// nftables, as the host may have no iptables.
-const criuConf = "network-lock nftables\n"
+// criuConfFor is every jail's CRIU configuration (libcontainer passes it
+// by the org.criu.config label): a jail's network namespace is locked with
+// nftables, as the host may have no iptables; and CRIU's cgroup yard is the
+// host's hierarchies as they are mounted (yard), so that CRIU mounts no
+// cgroup file system of its own: a cgroup2 mount applies its options to
+// the hierarchy, and would reset the host's (favordynmods, nsdelegate,
+// memory_recursiveprot).
+func criuConfFor(yard string) string {
+	return "network-lock nftables\ncgroup-yard " + yard + "\n"
+}
+
+// cgroupYard makes the yard CRIU wants, "<yard>/<controllers>" for each
+// hierarchy and "<yard>/unified" for cgroup2, of the host's mounts: on
+// cgroup v1 (and hybrid) /sys/fs/cgroup is laid out so; on v2 the yard is
+// dir, with a bind mount of /sys/fs/cgroup (a bind mount is the same
+// superblock: its options stay) at dir/unified.
+func cgroupYard(dir string) (string, error) {
+	if CgroupMode() != "v2" {
+		return "/sys/fs/cgroup", nil
+	}
+	unified := filepath.Join(dir, "unified")
+	_ = unix.Unmount(unified, unix.MNT_DETACH) // a predecessor's, if any
+	if err := os.MkdirAll(unified, 0o700); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("/sys/fs/cgroup", unified, "", unix.MS_BIND, ""); err != nil {
+		return "", &os.PathError{Op: "bind mount the cgroup yard", Path: unified, Err: err}
+	}
+	return dir, nil
+}
+
+// closeCRIU takes the cgroup yard's bind mount away.
+func (e *Engine) closeCRIU() {
+	if e.criu != nil && e.criu.yard != "/sys/fs/cgroup" {
+		_ = unix.Unmount(filepath.Join(e.criu.yard, "unified"), unix.MNT_DETACH)
+	}
+}
 
 // pipeKey is CRIU's name of the pipe f is an end of.
 func pipeKey(f *os.File) (string, error) {

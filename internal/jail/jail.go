@@ -786,7 +786,7 @@ func (e *Engine) makeRunDir(j *Jail) (retErr error) {
 		}
 	}
 	if e.criu != nil {
-		if err := os.WriteFile(filepath.Join(dir, criuConfName), []byte(criuConf), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, criuConfName), []byte(e.criu.conf), 0o600); err != nil {
 			return err
 		}
 	}
