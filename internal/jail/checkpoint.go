@@ -115,7 +115,11 @@ func (e *Engine) setupCRIU() error {
 	if strings.ContainsAny(dir+e.cfg.CRIU, "'\n") {
 		return fmt.Errorf("jail config: CRIU path %q or RunDir holds a quote", e.cfg.CRIU)
 	}
+	// criu's stderr goes to a file of the daemon's, not to the jail's
+	// stderr that libcontainer hands a restore: what it says before its
+	// log is open names host paths (earlyCRIUError reads it).
 	script := "#!/bin/sh\n# jaild's criu (internal/jail/checkpoint.go): a restore's inherited fds, then criu.\n" +
+		"exec 2>'" + dir + "/stderr'\n" +
 		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; fi\n" +
 		"exec '" + e.cfg.CRIU + "' \"$@\"\n"
 	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
@@ -231,7 +235,7 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 	if err != nil {
 		_ = j.Freeze() // as it was: CRIU thaws what it froze
 		if _, serr := os.Stat(filepath.Join(work, "dump.log")); serr != nil {
-			return CheckpointInfo{}, fmt.Errorf("checkpoint: %w", err) // CRIU did not run
+			return CheckpointInfo{}, fmt.Errorf("checkpoint: %w%s", err, e.earlyCRIUError()) // CRIU did not get to its log
 		}
 		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, e.redact(criuReason(work, "dump.log"), dir))
 	}
@@ -401,7 +405,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 		j.exit = Exit{Code: -1, Err: err}
 		close(j.done)
 		if _, serr := os.Stat(filepath.Join(scratch+"-log", "restore.log")); serr != nil {
-			return nil, fmt.Errorf("restore: %w", err) // CRIU did not run
+			return nil, fmt.Errorf("restore: %w%s", err, e.earlyCRIUError()) // CRIU did not get to its log
 		}
 		return nil, fmt.Errorf("%w: %s", ErrRestoreFailed, e.redact(criuReason(scratch+"-log", "restore.log"), dir))
 	}
@@ -511,6 +515,23 @@ func criuReason(dir, file string) string {
 		return "criu failed"
 	}
 	return last
+}
+
+// earlyCRIUError is the last line criu wrote to its stderr (the wrapper's
+// file), for the daemon's log: ": criu said ..." or "".
+func (e *Engine) earlyCRIUError() string {
+	b, err := os.ReadFile(filepath.Join(e.criu.dir, "stderr"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		for _, p := range []string{e.cfg.RunDir, filepath.Dir(filepath.Dir(e.cfg.CRIU))} {
+			last = strings.ReplaceAll(last, p, "…")
+		}
+		return "; criu said: " + last
+	}
+	return ""
 }
 
 // redact takes the engine's and the checkpoint's host paths out of a

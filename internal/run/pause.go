@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
@@ -241,6 +242,9 @@ func probeReason(err error) string {
 		return "no CRIU is configured (sessions.criu)"
 	case errors.Is(err, jail.ErrCheckpointRefused), errors.Is(err, jail.ErrRestoreFailed):
 		return err.Error() // CRIU's first error, host paths taken out
+	case strings.Contains(err.Error(), "criu said: "):
+		// CRIU ended before its log: what it said (no path of the jail's).
+		return "criu could not start: " + err.Error()[strings.Index(err.Error(), "criu said: ")+len("criu said: "):]
 	}
 	return "see the daemon's log"
 }
