@@ -380,7 +380,7 @@ func sessionCases() []hcase {
 			expect: "status timeout, state_lost with lost_reason timeout; the fresh interpreter is alone with init (the background process is gone) in the same jail; the workspace and /tmp are kept",
 			run:    runSessionLoss},
 		{id: "S09", cat: catSession, title: "a session with idle_timeout_s 1 and a background process, never deleted by its client",
-			expect: "the reaper ends it (end_reason idle_timeout) and its jail is destroyed; a later call answers 409; DELETE answers 200 with the reason kept",
+			expect: "the reaper pauses it (sessions.on_idle; where it cannot pause: a session with egress, it ends it, end_reason idle_timeout) and its jail is destroyed; paused, its next call restores it with its background process; ended, a later call answers 409 and DELETE answers 200 with the reason kept",
 			run:    runSessionIdle},
 		{id: "S10", cat: catSession, title: "a call asks for the jail's own fields: limits.memory_mb, limits.pids, limits.file_size_mb, env, network, and a timeout above the maximum",
 			expect: "400 invalid_argument naming each field; the session is unchanged",
@@ -896,14 +896,34 @@ func runSessionIdle(t *testing.T, h *hostile) string {
 	s := ss.open(api.SessionCreateRequest{IdleTimeoutS: ptr(int64(1))})
 	wantCall(t, ss.exec(s, code("import subprocess\np = subprocess.Popen(['sleep', '1000'])")), "ok")
 	var info api.Session
-	waitFor(t, 15*time.Second, "the reaper to end the session", func() bool {
+	waitFor(t, 15*time.Second, "the reaper to pause or end the session", func() bool {
 		info = ss.get(s)
-		return info.State == api.SessionEnded
+		return info.State == api.SessionEnded || info.State == api.SessionPaused
 	})
+	waitFor(t, 30*time.Second, "the idle session's jail to go", func() bool { return !h.cg.live()[s.jail] })
+	pausable := h.info(t).Sessions.Pause.Available && s.jail != "" && h.d.inject == nil
+	if info.State == api.SessionPaused {
+		if !pausable {
+			t.Errorf("paused where the daemon cannot pause it (%+v)", h.info(t).Sessions.Pause)
+		}
+		// Its next call restores it, the background process with it.
+		s.jail = ""
+		r := ss.exec(s, code("print(p.poll())"))
+		wantCall(t, r, "ok")
+		if r.Stdout != "None\n" || !r.Session.Resumed {
+			t.Errorf("the call after the idle pause: %q resumed %v, want the sleep still running", r.Stdout, r.Session.Resumed)
+		}
+		if got := ss.del(s); got.EndReason == nil || *got.EndReason != "deleted" {
+			t.Errorf("DELETE of the resumed session: end_reason %v", deref2(got.EndReason))
+		}
+		return "paused by the reaper, its jail destroyed; the next call restored it with its background process; DELETE: 200"
+	}
+	if pausable {
+		t.Errorf("ended (%s) where the daemon can pause it", deref2(info.EndReason))
+	}
 	if info.EndReason == nil || *info.EndReason != "idle_timeout" {
 		t.Errorf("ended idle session: end_reason %v", deref2(info.EndReason))
 	}
-	waitFor(t, 30*time.Second, "the idle session's jail to go", func() bool { return !h.cg.live()[s.jail] })
 	status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/execute", code("print(p)"))
 	e := apiError(t, raw)
 	if status != http.StatusConflict || !strings.Contains(e.Error.Message, "idle_timeout") {

@@ -17,10 +17,14 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/daemontest"
 )
 
 func TestSessionPause(t *testing.T) {
-	d := startSessionDaemon(t, 0)
+	// sessionConfig's bounds, with the default on_idle ("pause").
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
+		return setKeys(c, map[string]string{"daily_quota": "1000"}) + strings.Replace(sessionConfig, "on_idle = \"end\"\n", "", 1)
+	}})
 	var info api.Info
 	if code, _ := d.call(t, http.MethodGet, "/v1/info", nil, &info); code != http.StatusOK {
 		t.Fatalf("info: %d", code)
@@ -112,6 +116,19 @@ func TestSessionPause(t *testing.T) {
 	if strings.Contains(string(raw), d.Dir) {
 		t.Errorf("a response names a host path: %s", raw)
 	}
+
+	// The idle timeout pauses a session; its next call restores it.
+	s3 := newSession(t, d, api.SessionCreateRequest{IdleTimeoutS: ptr(int64(1))})
+	mustExec(t, d, s3.SessionID, "z = 'idle'")
+	waitFor(t, 30*time.Second, "the idle session to pause", func() bool {
+		var got api.Session
+		code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+s3.SessionID, nil, &got)
+		return code == http.StatusOK && got.State == api.SessionPaused
+	})
+	if r := mustExec(t, d, s3.SessionID, "z"); r.Result == nil || *r.Result != "'idle'" || !r.Session.Resumed {
+		t.Errorf("the call after the idle pause: %+v", r)
+	}
+	deleteSession(t, d, s3.SessionID)
 }
 
 // countFiles counts the regular files beneath dir.

@@ -21,7 +21,8 @@ import (
 )
 
 // sessionConfig: short bounds so that expiry is quick to see, a cap of
-// two sessions per uid.
+// two sessions per uid; an idle timeout ends a session (the default,
+// pausing it, is pause_test.go's).
 const sessionConfig = `
 [sessions]
 max_per_uid = 2
@@ -32,6 +33,7 @@ ttl = "1h"
 max_ttl = "2h"
 admin_max_ttl = "4h"
 keep_ended = "10m"
+on_idle = "end"
 `
 
 func startSessionDaemon(t *testing.T, pool int) *daemon {

@@ -115,12 +115,12 @@ func (e *Engine) setupCRIU() error {
 	if strings.ContainsAny(dir+e.cfg.CRIU, "'\n") {
 		return fmt.Errorf("jail config: CRIU path %q or RunDir holds a quote", e.cfg.CRIU)
 	}
-	// criu's stderr goes to a file of the daemon's, not to the jail's
-	// stderr that libcontainer hands a restore: what it says before its
-	// log is open names host paths (earlyCRIUError reads it).
+	// Out of a restore, criu's stderr (else /dev/null) goes to a file of
+	// the daemon's: what it says before its log is open (earlyCRIUError).
+	// A restore's fd 2 is the new jail's stderr, which CRIU hands on to the
+	// restored processes (libcontainer's inherit-fd): it stays as it is.
 	script := "#!/bin/sh\n# jaild's criu (internal/jail/checkpoint.go): a restore's inherited fds, then criu.\n" +
-		"exec 2>'" + dir + "/stderr'\n" +
-		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; fi\n" +
+		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; else exec 2>'" + dir + "/stderr'; fi\n" +
 		"exec '" + e.cfg.CRIU + "' \"$@\"\n"
 	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
 		return err
@@ -357,6 +357,7 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	// and 5 the namespaces libcontainer may pass), opened by the wrapper
 	// from this process's fds.
 	var inherit, conf strings.Builder
+	inherit.WriteString("# a restore: fd 2 stays the new jail stderr\n") // the file's presence is what the wrapper tests
 	conf.WriteString(e.criu.conf)
 	for i, f := range p.ExtraFiles {
 		fd := 6 + i
