@@ -240,10 +240,14 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, e.redact(criuReason(work, "dump.log"), dir))
 	}
 	_ = os.RemoveAll(work)
-	// CRIU writes its images with the daemon's umask, and its restore
-	// reads some of them from within the new jail's user namespace (as the
-	// jail's host uid 0): the checkpoint directory (0700, root's) is what
-	// keeps them the daemon's only.
+	// CRIU writes its images with the daemon's umask (systemd's unit:
+	// 0077), and its restore reads some of them from within the new jail's
+	// user namespace (as the jail's host uid 0): they are made readable,
+	// and the checkpoint directory (0700, root's) is what keeps them the
+	// daemon's only.
+	if err := chmodFiles(images, 0o644); err != nil {
+		return CheckpointInfo{}, err
+	}
 	if info.Bytes, err = dirBytes(tmp); err != nil {
 		return CheckpointInfo{}, err
 	}
@@ -630,6 +634,22 @@ func digestDir(dir string, key []byte, sync bool) (string, error) {
 		fmt.Fprintf(mac, "\x00%d\x00", n)
 	}
 	return hex.EncodeToString(mac.Sum(nil)), nil
+}
+
+// chmodFiles sets the mode of the regular files in dir (not beneath).
+func chmodFiles(dir string, mode os.FileMode) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		if ent.Type().IsRegular() {
+			if err := os.Chmod(filepath.Join(dir, ent.Name()), mode); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func dirBytes(dir string) (int64, error) {
