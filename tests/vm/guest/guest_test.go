@@ -544,7 +544,23 @@ print('forked')`, marker)})
 		// The CRIU make deps fetches (sid's, with its own libraries).
 		restartWith(t, "[sessions]\ncriu = \""+os.Getenv("JAILD_CRIU")+"\"")
 		if p := probe(); !p.Available || p.OnIdle != "pause" {
-			t.Fatalf("with %s: sessions.pause %+v; journal: %s", os.Getenv("JAILD_CRIU"), p, run(t, "sh", "-c", "journalctl -u jaild.service --no-pager | grep -i -E 'pause|checkpoint|criu' | tail -n 5"))
+			// What CRIU says under the unit's sandboxing, each setting alone.
+			crit := os.Getenv("JAILD_CRIU")
+			var diag strings.Builder
+			for _, props := range [][]string{
+				nil, {"ProtectSystem=full"}, {"ProtectHome=yes"}, {"PrivateTmp=yes"}, {"NoNewPrivileges=yes"}, {"UMask=0077"}, {"LimitNOFILE=65536"},
+				{"CapabilityBoundingSet=~CAP_AUDIT_CONTROL CAP_AUDIT_READ CAP_AUDIT_WRITE CAP_BLOCK_SUSPEND CAP_LEASE CAP_LINUX_IMMUTABLE CAP_MAC_ADMIN CAP_MAC_OVERRIDE CAP_NET_BROADCAST CAP_NET_RAW CAP_SYS_BOOT CAP_SYS_MODULE CAP_SYS_PACCT CAP_SYS_RAWIO CAP_SYS_TIME CAP_SYS_TTY_CONFIG CAP_SYSLOG CAP_WAKE_ALARM"},
+			} {
+				args := []string{"--wait", "--pipe", "--collect", "--quiet"}
+				for _, p := range props {
+					args = append(args, "-p", p)
+				}
+				out, _ := exec.Command("systemd-run", append(args, crit, "check")...).CombinedOutput()
+				fmt.Fprintf(&diag, "\n  criu check with %v: %s", props, strings.TrimSpace(string(out)))
+			}
+			stderr, _ := os.ReadFile("/run/jaild/criu/stderr")
+			t.Fatalf("with %s: sessions.pause %+v; the wrapper's stderr %q; journal: %s%s", crit, p, stderr,
+				run(t, "sh", "-c", "journalctl -u jaild.service --no-pager | grep -i -E 'pause|checkpoint|criu' | tail -n 5; ls -la /run/jaild/criu"), diag.String())
 		}
 		id, exec := open()
 		defer call("DELETE", "/v1/sessions/"+id, nil) //nolint:errcheck // best effort
