@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -163,7 +164,8 @@ func (d *Daemon) startEngine() error {
 		FavorDynmods: cfg.CgroupFavorDynmods,
 	}
 	if d.criu != "" {
-		jc.CRIU, jc.CheckpointKey = d.criu, key
+		// The wrapper beside the checkpoints: /run is noexec under systemd.
+		jc.CRIU, jc.CheckpointKey, jc.CRIUWrapperDir = d.criu, key, filepath.Join(cpDir, ".criu")
 	}
 	d.jails, err = jail.New(jc)
 	if err != nil {

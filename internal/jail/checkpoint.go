@@ -108,8 +108,17 @@ func (e *Engine) setupCRIU() error {
 	if len(e.cfg.CheckpointKey) < 32 {
 		return errors.New("jail config: CheckpointKey must have at least 32 bytes")
 	}
-	dir := filepath.Join(e.cfg.RunDir, "criu")
+	dir := e.cfg.CRIUWrapperDir
+	if dir == "" {
+		dir = filepath.Join(e.cfg.RunDir, "criu")
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("jail config: CRIUWrapperDir must be an absolute path, got %q", dir)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
 	if strings.ContainsAny(dir+e.cfg.CRIU, "'\n") {
@@ -130,6 +139,20 @@ func (e *Engine) setupCRIU() error {
 		return err
 	}
 	e.criu = &criuSetup{real: e.cfg.CRIU, dir: dir, yard: yard, conf: criuConfFor(yard)}
+	// libcontainer runs "criu" found on PATH, which skips what cannot be
+	// executed (a noexec mount): then another criu would run. No
+	// checkpoints then (the probe says why), rather than that.
+	if err := e.withCRIU("", func() error {
+		p, err := exec.LookPath("criu")
+		if err != nil || p != filepath.Join(dir, "criu") {
+			return fmt.Errorf("the criu wrapper in %s cannot be executed (a noexec mount?): criu on PATH is %q", dir, p)
+		}
+		return nil
+	}); err != nil {
+		e.log.Error("no checkpoints", "err", err)
+		e.closeCRIU()
+		e.criu, e.criuErr = nil, err
+	}
 	return nil
 }
 
@@ -714,6 +737,9 @@ func randHex(n int) string {
 // checkpoint jails; the error says why not. dir is a scratch directory
 // of the caller's, on the file system checkpoints will use.
 func (e *Engine) ProbeCheckpoint(dir string, timeout time.Duration) (retErr error) {
+	if e.criuErr != nil {
+		return fmt.Errorf("%w: %v", ErrCheckpointsOff, e.criuErr)
+	}
 	if e.criu == nil {
 		return ErrCheckpointsOff
 	}

@@ -62,6 +62,11 @@ type Config struct {
 	// CheckpointKey signs checkpoints (HMAC-SHA256): a restore refuses
 	// one this key did not sign. At least 32 bytes when CRIU is set.
 	CheckpointKey []byte
+	// CRIUWrapperDir holds the wrapper of criu that libcontainer runs
+	// (checkpoint.go): a directory of the daemon's only, on a file system
+	// that allows executing (systemd mounts /run noexec); "" is
+	// RunDir/criu.
+	CRIUWrapperDir string
 }
 
 // emptyDir, in RunDir, is the empty second layer of every jail's root.
@@ -121,6 +126,7 @@ type Engine struct {
 	live            sync.WaitGroup // jails created and not destroyed yet
 	dynmods         string         // the cgroup hierarchy whose favordynmods this engine set
 	criu            *criuSetup     // nil: no checkpoints
+	criuErr         error          // why not, when CRIU was configured
 
 	// The daemon's memory.high (LimitDaemonMemory): its own allowance
 	// plus the tmpfs size of every live jail. Files the daemon writes into

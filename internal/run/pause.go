@@ -238,6 +238,8 @@ func (s *Service) ProbeCheckpoints(timeout time.Duration) string {
 // probeReason says why in a few words, naming no host path.
 func probeReason(err error) string {
 	switch {
+	case errors.Is(err, jail.ErrCheckpointsOff) && err != jail.ErrCheckpointsOff: //nolint:errorlint // the bare sentinel is "none configured"
+		return "CRIU cannot be used here (see the daemon's log)"
 	case errors.Is(err, jail.ErrCheckpointsOff):
 		return "no CRIU is configured (sessions.criu)"
 	case errors.Is(err, jail.ErrCheckpointRefused), errors.Is(err, jail.ErrRestoreFailed):
