@@ -37,6 +37,8 @@ type Config struct {
 	// Quick limits the run to print(1): its latency, back to back, and
 	// its CPU per run (for comparing two builds quickly).
 	Quick bool
+	// PauseOnly limits the run to paused sessions.
+	PauseOnly bool
 	// Images are the images to time print(1) in, by name (each a
 	// directory like ImageDir); none: the per-image table is left out.
 	Images map[string]string
@@ -158,7 +160,9 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	// first measurements.
 	b.warm.waitReady(ctx)
 	phases := []func() error{b.latency, b.backToBack, b.cpu}
-	if !cfg.Quick {
+	if cfg.PauseOnly {
+		phases = []func() error{b.pause}
+	} else if !cfg.Quick {
 		phases = append(phases, b.throughput, b.sessionsAndMemory, b.pause, b.files, b.images)
 	}
 	for _, phase := range phases {
