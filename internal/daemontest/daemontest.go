@@ -152,9 +152,14 @@ func Prepare(o Options) (*Daemon, error) {
 	// Each daemon's paused sessions in its own directory (a daemon sweeps
 	// its checkpoint directory at start).
 	cp := fmt.Sprintf("checkpoint_dir = %q\n", filepath.Join(dir, "checkpoints"))
-	if strings.Contains(cfg, "\n[sessions]\n") {
+	switch {
+	case strings.Contains(cfg, "\n[sessions]\n"):
 		cfg = strings.Replace(cfg, "\n[sessions]\n", "\n[sessions]\n"+cp, 1)
-	} else {
+	case strings.Contains(cfg, "\n[files]\n"):
+		// Before the [files] table this package writes: not at the end,
+		// where a test's [images.*] tables (which it rewrites) may be.
+		cfg = strings.Replace(cfg, "\n[files]\n", "\n[sessions]\n"+cp+"[files]\n", 1)
+	default:
 		cfg += "[sessions]\n" + cp
 	}
 	d := &Daemon{Dir: dir, Socket: sock, Config: filepath.Join(dir, "jaild.toml"), Log: &Log{}, Opts: o}
