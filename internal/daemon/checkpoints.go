@@ -50,7 +50,7 @@ func checkpointKey(dir string) ([]byte, error) {
 		return nil, err
 	}
 	for _, ent := range ents {
-		if n := ent.Name(); n != "key" {
+		if n := ent.Name(); n != "key" && n != ".criu" {
 			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
 				return nil, err
 			}

@@ -134,7 +134,7 @@ func (e *Engine) setupCRIU() error {
 	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
 		return err
 	}
-	yard, err := cgroupYard(filepath.Join(dir, "yard"))
+	yard, err := cgroupYard(filepath.Join(e.cfg.RunDir, "criu-yard"))
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,6 @@ func (e *Engine) setupCRIU() error {
 		return nil
 	}); err != nil {
 		e.log.Error("no checkpoints", "err", err)
-		e.closeCRIU()
 		e.criu, e.criuErr = nil, err
 	}
 	return nil
@@ -476,29 +475,26 @@ func criuConfFor(yard string) string {
 // cgroupYard makes the yard CRIU wants, "<yard>/<controllers>" for each
 // hierarchy and "<yard>/unified" for cgroup2, of the host's mounts: on
 // cgroup v1 (and hybrid) /sys/fs/cgroup is laid out so; on v2 the yard is
-// dir, with a bind mount of /sys/fs/cgroup (a bind mount is the same
-// superblock: its options stay) at dir/unified.
+// dir, whose "unified" is a symbolic link to /sys/fs/cgroup (CRIU opens
+// it as a directory). No mount: nothing to leave behind, and a removal of
+// dir removes the link, never a cgroup.
 func cgroupYard(dir string) (string, error) {
 	if CgroupMode() != "v2" {
 		return "/sys/fs/cgroup", nil
 	}
-	unified := filepath.Join(dir, "unified")
-	_ = unix.Unmount(unified, unix.MNT_DETACH) // a predecessor's, if any
-	if err := os.MkdirAll(unified, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	if err := unix.Mount("/sys/fs/cgroup", unified, "", unix.MS_BIND, ""); err != nil {
-		return "", &os.PathError{Op: "bind mount the cgroup yard", Path: unified, Err: err}
+	unified := filepath.Join(dir, "unified")
+	if target, err := os.Readlink(unified); err == nil && target == "/sys/fs/cgroup" {
+		return dir, nil
+	}
+	if err := os.Symlink("/sys/fs/cgroup", unified); err != nil {
+		return "", err
 	}
 	return dir, nil
 }
 
-// closeCRIU takes the cgroup yard's bind mount away.
-func (e *Engine) closeCRIU() {
-	if e.criu != nil && e.criu.yard != "/sys/fs/cgroup" {
-		_ = unix.Unmount(filepath.Join(e.criu.yard, "unified"), unix.MNT_DETACH)
-	}
-}
 
 // pipeKey is CRIU's name of the pipe f is an end of.
 func pipeKey(f *os.File) (string, error) {

@@ -202,11 +202,6 @@ func New(cfg Config) (_ *Engine, retErr error) {
 	if err := e.setupCRIU(); err != nil {
 		return nil, err
 	}
-	defer func() {
-		if retErr != nil {
-			e.closeCRIU()
-		}
-	}()
 	if cgroups.IsCgroup2UnifiedMode() {
 		if e.v2Base, err = prepareCgroupV2(); err != nil {
 			return nil, err
@@ -279,7 +274,6 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.restoreDynmods()
-	e.closeCRIU()
 	e.mu.Lock()
 	var errs []error
 	list := make([]*image, 0, len(e.images))
