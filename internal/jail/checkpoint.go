@@ -495,7 +495,6 @@ func cgroupYard(dir string) (string, error) {
 	return dir, nil
 }
 
-
 // pipeKey is CRIU's name of the pipe f is an end of.
 func pipeKey(f *os.File) (string, error) {
 	var st unix.Stat_t
