@@ -239,6 +239,11 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 	if err := os.Mkdir(images, 0o711); err != nil {
 		return CheckpointInfo{}, err
 	}
+	// CRIU's configuration (the jail's org.criu.config label), written
+	// when CRIU runs, not at every jail's start.
+	if err := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(e.criu.conf), 0o600); err != nil {
+		return CheckpointInfo{}, err
+	}
 	work := filepath.Join(tmp, "log")
 	// Cgroups "ignore": CRIU neither dumps nor restores cgroups. The
 	// restore runs criu in the new jail's cgroups (libcontainer puts it
@@ -422,11 +427,6 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	// The wrapper opened p's files by their fds: keep them open till now.
 	for _, f := range p.ExtraFiles {
 		runtime.KeepAlive(f)
-	}
-	// The jail's next checkpoint must not look for those fds.
-	if cerr := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(e.criu.conf), 0o600); err == nil && cerr != nil {
-		j.Kill()
-		err = cerr
 	}
 	if err != nil {
 		j.exit = Exit{Code: -1, Err: err}

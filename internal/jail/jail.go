@@ -785,11 +785,6 @@ func (e *Engine) makeRunDir(j *Jail) (retErr error) {
 			return err
 		}
 	}
-	if e.criu != nil {
-		if err := os.WriteFile(filepath.Join(dir, criuConfName), []byte(e.criu.conf), 0o600); err != nil {
-			return err
-		}
-	}
 	return e.mountRoot(dir, j.image.img.Root)
 }
 
