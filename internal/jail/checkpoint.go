@@ -245,11 +245,13 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 		return CheckpointInfo{}, err
 	}
 	work := filepath.Join(tmp, "log")
-	// Cgroups "ignore": CRIU neither dumps nor restores cgroups. The
-	// restore runs criu in the new jail's cgroups (libcontainer puts it
-	// there with the jail's limits), so the restored processes are born in
-	// them; and CRIU mounts no cgroup2 of its own, which would reset the
-	// host's hierarchy options (favordynmods, nsdelegate).
+	// Cgroups "soft", with a yard of the host's own hierarchies
+	// (criuConfFor): CRIU records the jail's cgroup namespace, so that a
+	// restored process sees its jail's cgroups as "/" (with "ignore" it saw
+	// the host's paths: S53), and mounts no cgroup file system, which
+	// would reset the host's hierarchy options (favordynmods, nsdelegate).
+	// libcontainer puts the restoring criu in the new jail's cgroups, with
+	// its limits.
 	err = e.withCRIU("", func() error {
 		return j.c.Checkpoint(&libcontainer.CriuOpts{
 			ImagesDirectory:   images,
