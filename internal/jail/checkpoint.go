@@ -97,7 +97,7 @@ type criuSetup struct {
 	conf string // every jail's CRIU configuration (criuConfFor)
 }
 
-// setupCRIU writes the wrapper of criu into RunDir/criu.
+// setupCRIU writes the wrapper of criu into Config.CRIUWrapperDir (RunDir/criu).
 func (e *Engine) setupCRIU() error {
 	if e.cfg.CRIU == "" {
 		return nil
@@ -132,6 +132,10 @@ func (e *Engine) setupCRIU() error {
 		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; else exec 2>'" + dir + "/stderr'; fi\n" +
 		"exec '" + e.cfg.CRIU + "' \"$@\"\n"
 	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
+		return err
+	}
+	// A restore's instructions left by a predecessor killed during one.
+	if err := os.Remove(filepath.Join(dir, "inherit")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	yard, err := cgroupYard(filepath.Join(e.cfg.RunDir, "criu-yard"))
@@ -174,23 +178,6 @@ func (e *Engine) withCRIU(inherit string, f func() error) error {
 		defer os.Remove(file)
 	}
 	return f()
-}
-
-// CRIUVersion asks the configured criu its version (criu --version).
-func (e *Engine) CRIUVersion() (string, error) {
-	if e.criu == nil {
-		return "", ErrCheckpointsOff
-	}
-	out, err := exec.Command(e.criu.real, "--version").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("criu --version: %w", err)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "Version:"); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("criu --version said no version")
 }
 
 // Checkpoint writes the jail's state to dir (which must not exist): its
