@@ -97,10 +97,17 @@ func (ss *Session) Pause() (PauseInfo, error) {
 		return PauseInfo{}, errdefs.New(errdefs.ErrUnavailable, "the session could not be paused (it keeps running); the daemon's log says why")
 	}
 	ss.mu.Lock()
-	ss.paused = &pausedState{dir: dir, info: info, events: ss.events}
-	ss.st = nil
+	ended := ss.ended // ended meanwhile (DELETE): end saw no checkpoint
+	if !ended {
+		ss.paused = &pausedState{dir: dir, info: info, events: ss.events}
+		ss.st = nil
+	}
 	ss.pausing = false
 	ss.mu.Unlock()
+	if ended {
+		_ = os.RemoveAll(dir)
+		return PauseInfo{}, ss.endedError()
+	}
 	ss.s.teardowns.Go(st.Destroy)
 	return PauseInfo{At: info.Created, Bytes: info.Bytes, Took: time.Since(start)}, nil
 }
