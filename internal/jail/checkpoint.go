@@ -124,14 +124,7 @@ func (e *Engine) setupCRIU() error {
 	if strings.ContainsAny(dir+e.cfg.CRIU, "'\n") {
 		return fmt.Errorf("jail config: CRIU path %q or RunDir holds a quote", e.cfg.CRIU)
 	}
-	// Out of a restore, criu's stderr (else /dev/null) goes to a file of
-	// the daemon's: what it says before its log is open (earlyCRIUError).
-	// A restore's fd 2 is the new jail's stderr, which CRIU hands on to the
-	// restored processes (libcontainer's inherit-fd): it stays as it is.
-	script := "#!/bin/sh\n# jaild's criu (internal/jail/checkpoint.go): a restore's inherited fds, then criu.\n" +
-		"if [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; else exec 2>'" + dir + "/stderr'; fi\n" +
-		"exec '" + e.cfg.CRIU + "' \"$@\"\n"
-	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(script), 0o700); err != nil {
+	if err := writeFileSync(filepath.Join(dir, "criu"), []byte(criuWrapper(dir, e.cfg.CRIU)), 0o700); err != nil {
 		return err
 	}
 	// A restore's instructions left by a predecessor killed during one.
@@ -157,6 +150,23 @@ func (e *Engine) setupCRIU() error {
 		e.criu, e.criuErr = nil, err
 	}
 	return nil
+}
+
+// criuWrapper is the script "criu" in dir that runs real. A restore's
+// extra files (the "inherit" file in dir, present during a restore) are
+// opened only for libcontainer's own "criu swrk 3": the restore, whose
+// socket is fd 3 (and 4, 5 what libcontainer passes). Every other run,
+// go-criu's version check among them, gets its socket at the number it
+// has in the daemon ("criu swrk N"), which may be one of 6..9: the
+// inherited files must not take its place. Out of the restore proper,
+// criu's stderr (else /dev/null) goes to a file of the daemon's: what it
+// says before its log is open (earlyCRIUError). A restore's fd 2 is the
+// new jail's stderr, which CRIU hands on to the restored processes
+// (libcontainer's inherit-fd): it stays as it is.
+func criuWrapper(dir, real string) string {
+	return "#!/bin/sh\n# jaild's criu (internal/jail/checkpoint.go): a restore's inherited fds, then criu.\n" +
+		"if [ \"$1 $2 $#\" = 'swrk 3 2' ] && [ -f '" + dir + "/inherit' ]; then . '" + dir + "/inherit'; else exec 2>'" + dir + "/stderr'; fi\n" +
+		"exec '" + real + "' \"$@\"\n"
 }
 
 // withCRIU runs f with the engine's wrapper first on PATH, one CRIU run

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -204,4 +205,78 @@ func FuzzRemapUserns(f *testing.F) {
 			t.Errorf("an accepted image's remap is refused back: %v", err)
 		}
 	})
+}
+
+// The criu wrapper opens a restore's extra files on fds 6.. only for
+// libcontainer's "criu swrk 3": go-criu's version check, run during the
+// same restore, passes its socket at the number it has in the daemon,
+// which may be one of those (found in the test guest, where its socket
+// was replaced by a pipe and criu exited before reading its request).
+func TestCRIUWrapperKeepsTheSocket(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "fake-criu")
+	// The fake prints its arguments and what its fd 6 is.
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$*\"; echo \"stderr of $1\" >&2; readlink /proc/$$/fd/6 || true\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "criu"), []byte(criuWrapper(dir, fake)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pipeR, pipeW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipeR.Close()
+	defer pipeW.Close()
+	pipeIno := fdTarget(t, pipeR)
+	inherit := "# a restore\nexec 6</proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(pipeR.Fd())) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "inherit"), []byte(inherit), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock, peer, err := os.Pipe() // stands for the socket: any file the test can name
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	defer peer.Close()
+	sockIno := fdTarget(t, sock)
+
+	run := func(args ...string) string {
+		t.Helper()
+		// ExtraFiles put sock at 3 and, with padding, at 6 as well.
+		cmd := exec.Command(filepath.Join(dir, "criu"), args...)
+		cmd.ExtraFiles = []*os.File{sock, sock, sock, sock}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	// The version check's socket at 6: it stays.
+	if out := run("swrk", "6"); !strings.Contains(out, "swrk 6\n"+sockIno+"\n") {
+		t.Errorf("criu swrk 6 during a restore: fd 6 is not its socket:\n%s", out)
+	}
+	// The restore's criu: fd 6 is the inherited pipe.
+	if out := run("swrk", "3"); !strings.Contains(out, "swrk 3\n"+pipeIno+"\n") {
+		t.Errorf("criu swrk 3 during a restore: fd 6 is not the inherited pipe:\n%s", out)
+	}
+	// Out of a restore, criu's stderr goes to the file beside the wrapper.
+	os.Remove(filepath.Join(dir, "inherit"))
+	cmd := exec.Command(filepath.Join(dir, "criu"), "check")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "stderr")); err != nil || string(b) != "stderr of check\n" {
+		t.Errorf("criu's stderr out of a restore: %q, %v", b, err)
+	}
+}
+
+func fdTarget(t *testing.T, f *os.File) string {
+	t.Helper()
+	s, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
