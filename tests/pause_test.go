@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,4 +144,80 @@ func countFiles(t *testing.T, dir string) int {
 		return nil
 	})
 	return n
+}
+
+// Paused sessions outlive the daemon (issue 28): at a stop (SIGTERM) idle
+// sessions are paused and every paused one is kept; the next daemon lists
+// them under the same ids, for their owner only, and each answers its next
+// call with its state and count of calls. After kill -9, paused sessions
+// survive and a live one answers that it ended with the daemon.
+func TestSessionSurvivesRestart(t *testing.T) {
+	cfg := strings.NewReplacer("on_idle = \"end\"\n", "", "on_shutdown = \"end\"\n", "").Replace(sessionConfig)
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
+		return setKeys(c, map[string]string{"daily_quota": "1000"}) + cfg
+	}})
+	var info api.Info
+	if code, _ := d.call(t, http.MethodGet, "/v1/info", nil, &info); code != http.StatusOK || !info.Sessions.Pause.Available {
+		t.Fatalf("info: %d %+v: this host must be able to pause sessions", code, info.Sessions.Pause)
+	}
+	idle := newSession(t, d, api.SessionCreateRequest{Env: map[string]string{"WHO": "idle"}})
+	mustExec(t, d, idle.SessionID, "import os\nn = 41\nopen('/tmp/t.txt', 'w').write('tmp')")
+	paused := newSession(t, d, api.SessionCreateRequest{})
+	mustExec(t, d, paused.SessionID, "m = [1, 2]")
+	mustExec(t, d, paused.SessionID, "m.append(3)")
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+paused.SessionID+"/pause", nil, nil); code != http.StatusOK {
+		t.Fatalf("pause: %d", code)
+	}
+
+	if err := d.StopProcess(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var list api.SessionList
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions", nil, &list); code != http.StatusOK {
+		t.Fatalf("list after the restart: %d", code)
+	}
+	states := map[string]string{}
+	for _, s := range list.Sessions {
+		states[s.SessionID] = s.State
+	}
+	if states[idle.SessionID] != api.SessionPaused || states[paused.SessionID] != api.SessionPaused || len(states) != 2 {
+		t.Fatalf("sessions after a restart: %v, want both paused", states)
+	}
+	if code, _, body := curlAs(t, d.Socket, http.MethodGet, "/v1/sessions/"+idle.SessionID, ""); code != http.StatusNotFound {
+		t.Errorf("uid 65534's GET of an adopted session: %d %s", code, body)
+	}
+	r := mustExec(t, d, idle.SessionID, "print(n + 1, open('/tmp/t.txt').read(), os.environ['WHO'])")
+	if r.Status != "ok" || r.Stdout != "42 tmp idle\n" || !r.Session.Resumed || r.ExecutionCount != 2 {
+		t.Errorf("the idle session after the restart: %s %q %q %+v count %d", r.Status, r.Stdout, r.Stderr, r.Session, r.ExecutionCount)
+	}
+	r = mustExec(t, d, paused.SessionID, "m")
+	if r.Result == nil || *r.Result != "[1, 2, 3]" || !r.Session.Resumed || r.ExecutionCount != 3 {
+		t.Errorf("the paused session after the restart: %+v", r)
+	}
+
+	// kill -9: the paused one survives, the live one ends with the daemon.
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+paused.SessionID+"/pause", nil, nil); code != http.StatusOK {
+		t.Fatalf("pause again: %d", code)
+	}
+	d.Kill()
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r = mustExec(t, d, paused.SessionID, "m")
+	if r.Result == nil || *r.Result != "[1, 2, 3]" || !r.Session.Resumed {
+		t.Errorf("the paused session after kill -9: %+v", r)
+	}
+	var e api.ErrorBody
+	code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+idle.SessionID+"/execute", api.SessionExecuteRequest{Code: "n"}, &e)
+	if code != http.StatusConflict || !strings.Contains(e.Error.Message, "daemon_restart") {
+		t.Errorf("the live session after kill -9: %d %+v", code, e)
+	}
+	deleteSession(t, d, paused.SessionID)
+	waitFor(t, 10*time.Second, "the checkpoints removed", func() bool {
+		left, _ := filepath.Glob(filepath.Join(d.Dir, "checkpoints", "s-*"))
+		return len(left) == 0
+	})
 }

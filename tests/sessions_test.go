@@ -34,6 +34,7 @@ max_ttl = "2h"
 admin_max_ttl = "4h"
 keep_ended = "10m"
 on_idle = "end"
+on_shutdown = "end"
 `
 
 func startSessionDaemon(t *testing.T, pool int) *daemon {

@@ -431,6 +431,12 @@ type Sessions struct {
 	// PausedTTL bounds how long a session stays paused (then it ends,
 	// paused_ttl); 0: only its ttl bounds it.
 	PausedTTL Duration `toml:"paused_ttl"`
+	// OnShutdown is what a daemon's stop does to idle sessions: "pause"
+	// (to disk, where this host can; the next daemon adopts them, as it
+	// does every paused session) or "end". ShutdownPause bounds the time
+	// the stop spends pausing them (the rest end).
+	OnShutdown    string   `toml:"on_shutdown"`
+	ShutdownPause Duration `toml:"shutdown_pause"`
 }
 
 // Network configures egress: whether a run may ask for "internet", who
@@ -523,6 +529,7 @@ func Default() Config {
 			TTL: Duration{time.Hour}, MaxTTL: Duration{4 * time.Hour}, AdminMaxTTL: Duration{24 * time.Hour},
 			KeepEnded:     Duration{10 * time.Minute},
 			CheckpointDir: "/var/lib/jaild/checkpoints", OnIdle: "pause", PausedTTL: Duration{7 * 24 * time.Hour},
+			OnShutdown: "pause", ShutdownPause: Duration{20 * time.Second},
 		},
 		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024,
 			MaxHandshakes: 128, MaxHandshakesPerAddress: 8, HandshakeTimeout: Duration{5 * time.Second}},
@@ -839,6 +846,12 @@ func (s *Sessions) validate(defaultMemoryMB int64) error {
 	}
 	if s.OnIdle != "pause" && s.OnIdle != "end" {
 		bad("on_idle", "must be \"pause\" or \"end\", got %q", s.OnIdle)
+	}
+	if s.OnShutdown != "pause" && s.OnShutdown != "end" {
+		bad("on_shutdown", "must be \"pause\" or \"end\", got %q", s.OnShutdown)
+	}
+	if s.ShutdownPause.Duration < 0 || s.ShutdownPause.Duration > 10*time.Minute {
+		bad("shutdown_pause", "must be in 0s..10m, got %v", s.ShutdownPause.Duration)
 	}
 	if s.PausedTTL.Duration < 0 || s.PausedTTL.Duration > 365*24*time.Hour {
 		bad("paused_ttl", "must be in 0s..8760h, got %v", s.PausedTTL.Duration)

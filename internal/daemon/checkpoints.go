@@ -36,8 +36,8 @@ func findCRIU(cfg config.Sessions) string {
 
 // checkpointKey makes the checkpoint directory (0700) and returns the key
 // that signs checkpoints, made once and kept in it (key, 0600). A
-// predecessor's checkpoints are removed: paused sessions do not outlive
-// the daemon that paused them (yet), and nothing else reads them.
+// predecessor's paused sessions stay: recoverSessions adopts them (and
+// removes what is not one).
 func checkpointKey(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -45,18 +45,30 @@ func checkpointKey(dir string) ([]byte, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	for _, ent := range ents {
-		if n := ent.Name(); n != "key" && n != ".criu" {
-			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
-				return nil, err
-			}
-		}
-	}
 	return jail.CheckpointKey(filepath.Join(dir, "key"))
+}
+
+// recoverSessions adopts the paused sessions an earlier daemon left in
+// the checkpoint directory (run.Service.RecoverPaused), before the daemon
+// serves: each keeps its id, owner and state, and its next call restores
+// it. One the table cannot take is ended (its checkpoint removed), and
+// logged.
+func (d *Daemon) recoverSessions() {
+	if d.cfg.Sessions.CheckpointDir == "" || !d.cfg.Sessions.Enabled {
+		return
+	}
+	adopted := 0
+	for _, rec := range d.engine.RecoverPaused() {
+		if _, err := d.srv.AdoptSession(rec.Session, rec.Table); err != nil {
+			d.log.Error("a paused session of an earlier daemon could not be adopted; ended", "err", err)
+			rec.Session.Close()
+			continue
+		}
+		adopted++
+	}
+	if adopted > 0 {
+		d.log.Info("paused sessions of an earlier daemon adopted", "sessions", adopted)
+	}
 }
 
 // probeCheckpoints finds out whether sessions can pause here, before the

@@ -136,6 +136,7 @@ func (d *Daemon) start() (retErr error) {
 		return err
 	}
 	d.probeCheckpoints()
+	d.recoverSessions()
 	return d.listen()
 }
 

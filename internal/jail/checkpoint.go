@@ -65,7 +65,14 @@ type CheckpointInfo struct {
 	Bytes int64 `json:"bytes"`
 	// Created is when it was written.
 	Created time.Time `json:"created"`
+	// Record is the caller's, kept with the checkpoint and signed with it
+	// (at most MaxCheckpointRecord bytes of JSON): what it needs to adopt
+	// the checkpoint after a restart (ReadCheckpointInfo).
+	Record json.RawMessage `json:"record,omitempty"`
 }
+
+// MaxCheckpointRecord bounds CheckpointInfo.Record.
+const MaxCheckpointRecord = 64 << 10
 
 // Checkpoint errors. A checkpoint that CRIU cannot make (what the jail
 // holds: a socket to the outside, io_uring, ...) is ErrCheckpointRefused,
@@ -81,6 +88,7 @@ const (
 	imagesName    = "images"
 	workspaceName = "workspace.tar"
 	metaName      = "meta.json"
+	metaSigName   = "meta.sig" // HMAC of meta.json alone: ReadCheckpointInfo
 	digestName    = "digest"
 	criuConfName  = "criu.conf"
 )
@@ -199,12 +207,15 @@ func (e *Engine) withCRIU(inherit string, f func() error) error {
 // Destroys it. When the checkpoint cannot be made, nothing is left in
 // dir's place and the jail is left frozen, running as before once
 // thawed; errors of what the jail holds wrap ErrCheckpointRefused.
-func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retErr error) {
+func (j *Jail) Checkpoint(dir string, extra []*os.File, record []byte) (_ CheckpointInfo, retErr error) {
 	e := j.e
 	if e.criu == nil {
 		return CheckpointInfo{}, ErrCheckpointsOff
 	}
-	info := CheckpointInfo{Image: j.image.name, Limits: j.Limits(), IDBase: j.idBase, Created: time.Now().UTC()}
+	if len(record) > MaxCheckpointRecord || (len(record) > 0 && !json.Valid(record)) {
+		return CheckpointInfo{}, fmt.Errorf("checkpoint record: %d bytes, not JSON of at most %d", len(record), MaxCheckpointRecord)
+	}
+	info := CheckpointInfo{Image: j.image.name, Limits: j.Limits(), IDBase: j.idBase, Created: time.Now().UTC(), Record: record}
 	for _, f := range extra {
 		key, err := pipeKey(f)
 		if err != nil {
@@ -284,6 +295,9 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File) (_ CheckpointInfo, retEr
 	if err := writeFileSync(filepath.Join(tmp, metaName), meta, 0o600); err != nil {
 		return CheckpointInfo{}, err
 	}
+	if err := writeFileSync(filepath.Join(tmp, metaSigName), []byte(metaSig(e.cfg.CheckpointKey, meta)), 0o600); err != nil {
+		return CheckpointInfo{}, err
+	}
 	sum, err := digestDir(tmp, e.cfg.CheckpointKey, true)
 	if err != nil {
 		return CheckpointInfo{}, err
@@ -321,6 +335,62 @@ func CheckpointKey(path string) ([]byte, error) {
 		return nil, err
 	}
 	return key, syncDir(filepath.Dir(path))
+}
+
+// metaSig is the HMAC of a checkpoint's meta.json, apart from the digest
+// of all its files.
+func metaSig(key, meta []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("jaild checkpoint meta\x00"))
+	mac.Write(meta)
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// ReadCheckpointInfo returns the record of the checkpoint in dir having
+// verified it alone (its signature, not the images': Restore verifies
+// them all), cheap enough for every paused session at start-up. A
+// checkpoint cut short, or not of this key, is ErrCheckpointTampered.
+func (e *Engine) ReadCheckpointInfo(dir string) (CheckpointInfo, error) {
+	if e.criu == nil {
+		return CheckpointInfo{}, ErrCheckpointsOff
+	}
+	meta, err := readBounded(filepath.Join(dir, metaName), MaxCheckpointRecord+64<<10)
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	sig, err := readBounded(filepath.Join(dir, metaSigName), 128)
+	if err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	if !hmac.Equal(sig, []byte(metaSig(e.cfg.CheckpointKey, meta))) {
+		return CheckpointInfo{}, ErrCheckpointTampered
+	}
+	if _, err := os.Lstat(filepath.Join(dir, digestName)); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	var info CheckpointInfo
+	if err := json.Unmarshal(meta, &info); err != nil {
+		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrCheckpointTampered, err)
+	}
+	return info, nil
+}
+
+// readBounded reads the regular file path, not following a link, failing
+// past max bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", filepath.Base(path))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s has more than %d bytes", filepath.Base(path), limit)
+	}
+	return b, err
 }
 
 // ReadCheckpoint verifies the checkpoint in dir and returns its record.
@@ -764,8 +834,11 @@ func (e *Engine) ProbeCheckpoint(dir string, timeout time.Duration) (retErr erro
 	}
 	cp := filepath.Join(dir, "probe-"+randHex(6))
 	defer os.RemoveAll(cp)
-	if _, err := j.Checkpoint(cp, []*os.File{p.outR}); err != nil {
+	if _, err := j.Checkpoint(cp, []*os.File{p.outR}, []byte(`{"probe":true}`)); err != nil {
 		return err
+	}
+	if info, err := e.ReadCheckpointInfo(cp); err != nil || string(info.Record) != `{"probe":true}` {
+		return fmt.Errorf("the checkpoint's record does not read back: %v", err)
 	}
 	select {
 	case <-j.Done():

@@ -66,7 +66,7 @@ func TestCheckpointRestoredIsolation(t *testing.T) {
 		want[f] = statusLine(t, before, f)
 	}
 	cp := filepath.Join(t.TempDir(), "cp")
-	if _, err := j.Checkpoint(cp, []*os.File{p.outR}); err != nil {
+	if _, err := j.Checkpoint(cp, []*os.File{p.outR}, nil); err != nil {
 		t.Fatal(err)
 	}
 	<-j.Done()
@@ -139,11 +139,33 @@ func TestCheckpointTampered(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp := filepath.Join(t.TempDir(), "cp")
-	if _, err := j.Checkpoint(cp, []*os.File{p.outR}); err != nil {
+	if _, err := j.Checkpoint(cp, []*os.File{p.outR}, []byte(`{"owner":1000}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := testEngine.ReadCheckpoint(cp); err != nil {
 		t.Fatalf("untouched checkpoint: %v", err)
+	}
+	// The record is read back, its signature alone verified; a record
+	// changed (another owner) is refused by both readers.
+	if info, err := testEngine.ReadCheckpointInfo(cp); err != nil || string(info.Record) != `{"owner":1000}` {
+		t.Fatalf("ReadCheckpointInfo: %s, %v", info.Record, err)
+	}
+	meta, err := os.ReadFile(filepath.Join(cp, metaName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := []byte(strings.Replace(string(meta), `"owner":1000`, `"owner":1001`, 1))
+	if err := os.WriteFile(filepath.Join(cp, metaName), forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testEngine.ReadCheckpointInfo(cp); !errors.Is(err, ErrCheckpointTampered) {
+		t.Errorf("ReadCheckpointInfo of another owner: %v, want ErrCheckpointTampered", err)
+	}
+	if _, err := testEngine.ReadCheckpoint(cp); !errors.Is(err, ErrCheckpointTampered) {
+		t.Errorf("ReadCheckpoint of another owner: %v, want ErrCheckpointTampered", err)
+	}
+	if err := os.WriteFile(filepath.Join(cp, metaName), meta, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	pages, _ := filepath.Glob(filepath.Join(cp, imagesName, "pages-*.img"))
 	if len(pages) == 0 {

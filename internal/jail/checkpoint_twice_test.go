@@ -24,7 +24,7 @@ func TestCheckpointTwice(t *testing.T) {
 	cur, curPipes := j, p
 	for i, line := range []string{"b", "c"} {
 		cp := filepath.Join(t.TempDir(), "cp")
-		if _, err := cur.Checkpoint(cp, []*os.File{curPipes.outR}); err != nil {
+		if _, err := cur.Checkpoint(cp, []*os.File{curPipes.outR}, nil); err != nil {
 			t.Fatalf("checkpoint %d: %v", i+1, err)
 		}
 		<-cur.Done()

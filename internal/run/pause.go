@@ -1,6 +1,7 @@
 package run
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -40,7 +41,12 @@ type pausedState struct {
 // has no checkpoints (ErrUnavailable), the session has a network of its
 // own, or CRIU cannot dump what the session holds (ErrConflict naming
 // it).
-func (ss *Session) Pause() (PauseInfo, error) {
+//
+// table is the caller's record of the session (its table's: owner, id,
+// lifetime), kept with the checkpoint, signed with it, and given back by
+// RecoverPaused to the next daemon; nil: the session does not outlive
+// this daemon.
+func (ss *Session) Pause(table []byte) (PauseInfo, error) {
 	if !ss.callMu.TryLock() {
 		return PauseInfo{}, errdefs.New(errdefs.ErrConflict, "the session is running a call; pause it once the call ended")
 	}
@@ -64,12 +70,21 @@ func (ss *Session) Pause() (PauseInfo, error) {
 		ss.mu.Unlock()
 		return PauseInfo{}, errdefs.New(errdefs.ErrConflict, "a session with network egress cannot pause: its network is not checkpointed")
 	}
+	var record []byte
+	if table != nil {
+		var err error
+		record, err = json.Marshal(sessionRecord{V: 1, Env: ss.env, Calls: ss.calls, Fresh: ss.fresh, Losses: ss.losses, Table: table})
+		if err != nil || len(record) > jail.MaxCheckpointRecord {
+			ss.mu.Unlock()
+			return PauseInfo{}, errdefs.New(errdefs.ErrConflict, "the session's record is more than %d bytes (its environment?): it cannot pause", jail.MaxCheckpointRecord)
+		}
+	}
 	ss.pausing = true
 	st := ss.st
 	ss.mu.Unlock()
 	start := time.Now()
 	dir := filepath.Join(ss.s.cpDir, "s-"+jail.NewID())
-	info, err := st.j.Checkpoint(dir, []*os.File{st.p.jobW, st.p.recR, st.p.ctlW, st.p.statR})
+	info, err := st.j.Checkpoint(dir, []*os.File{st.p.jobW, st.p.recR, st.p.ctlW, st.p.statR}, record)
 	if err != nil {
 		ss.mu.Lock()
 		ss.pausing = false
@@ -105,7 +120,7 @@ func (ss *Session) Pause() (PauseInfo, error) {
 	ss.pausing = false
 	ss.mu.Unlock()
 	if ended {
-		_ = os.RemoveAll(dir)
+		ss.s.removeCheckpoint(dir, ss.ID())
 		return PauseInfo{}, ss.endedError()
 	}
 	ss.s.teardowns.Go(st.Destroy)
@@ -215,10 +230,132 @@ func (ss *Session) resume() (time.Duration, error) {
 	ss.reexeced = false
 	ss.mu.Unlock()
 	ss.reexecInit(ctl)
-	if err := os.RemoveAll(ps.dir); err != nil {
-		ss.s.log.Warn("remove a resumed session's checkpoint", "id", ss.ID(), "err", err)
-	}
+	// Gone before any call runs in the restored jail: a daemon killed
+	// from now on leaves no checkpoint of it, and one killed before left
+	// the state this jail still has.
+	ss.s.removeCheckpoint(ps.dir, ss.ID())
 	return max(time.Since(start), time.Nanosecond), nil
+}
+
+// removeCheckpoint takes a checkpoint out of the directory at once (a
+// rename, synced: a daemon killed afterwards finds nothing of it) and
+// removes its files in the background.
+func (s *Service) removeCheckpoint(dir, id string) {
+	gone := dir + ".tmp-gone"
+	if err := os.Rename(dir, gone); err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("remove a session's checkpoint", "id", id, "err", err)
+		}
+		return
+	}
+	if d, err := os.Open(filepath.Dir(dir)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	s.teardowns.Go(func() {
+		if err := os.RemoveAll(gone); err != nil {
+			s.log.Warn("remove a session's checkpoint", "id", id, "err", err)
+		}
+	})
+}
+
+// sessionRecord is what a paused session keeps with its checkpoint for a
+// later daemon: its own state beside the checkpoint's, and its table's
+// record.
+type sessionRecord struct {
+	V      int               `json:"v"`
+	Env    map[string]string `json:"env,omitempty"`
+	Calls  int               `json:"calls"`
+	Fresh  bool              `json:"fresh"`
+	Losses int               `json:"losses"`
+	Table  json.RawMessage   `json:"table"`
+}
+
+// Detach forgets a paused session in this process, its checkpoint left
+// on disk for the next daemon (RecoverPaused): a daemon stopping. A live
+// session is ended (Close).
+func (ss *Session) Detach() {
+	ss.mu.Lock()
+	paused := ss.paused != nil && !ss.pausing
+	ss.mu.Unlock()
+	ss.finish(spec.EndShutdown, paused)
+}
+
+// Recovered is a paused session of an earlier daemon, adopted.
+type Recovered struct {
+	Session *Session
+	// Table is what the session's table gave Pause.
+	Table []byte
+	// Paused is its checkpoint.
+	Paused PauseInfo
+}
+
+// RecoverPaused adopts the paused sessions an earlier daemon left in the
+// checkpoint directory: each a Session paused as it was, restored at its
+// next call. It removes what is not a whole checkpoint of this daemon's
+// key: a pause, an end or a probe cut short (temporary names), a
+// checkpoint without a record of its session or whose record does not
+// verify, and scratch directories of restores cut short. With no CRIU
+// (no key) it leaves the directory as it is and adopts nothing. Call it
+// once, before any session pauses.
+func (s *Service) RecoverPaused() []Recovered {
+	if s.cpDir == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(s.cpDir)
+	if err != nil {
+		s.log.Error("paused sessions: read the checkpoint directory", "err", err)
+		return nil
+	}
+	var out []Recovered
+	for _, ent := range ents {
+		name := ent.Name()
+		if name == "key" || name == ".criu" {
+			continue
+		}
+		dir := filepath.Join(s.cpDir, name)
+		if !strings.HasPrefix(name, "s-") || strings.Contains(name, ".tmp-") || !ent.IsDir() {
+			if err := os.RemoveAll(dir); err != nil {
+				s.log.Warn("paused sessions: remove a leftover", "name", name, "err", err)
+			}
+			continue
+		}
+		info, err := s.e.ReadCheckpointInfo(dir)
+		if errors.Is(err, jail.ErrCheckpointsOff) {
+			return nil // not this daemon's to judge: kept as they are
+		}
+		var rec sessionRecord
+		if err == nil {
+			if err = json.Unmarshal(info.Record, &rec); err == nil && (rec.V != 1 || len(rec.Table) == 0) {
+				err = errors.New("no record of its session")
+			}
+		}
+		if err != nil {
+			s.log.Warn("paused sessions: a checkpoint not adopted; removed", "name", name, "err", err)
+			s.removeCheckpoint(dir, name)
+			continue
+		}
+		if scratch, _ := filepath.Glob(filepath.Join(dir, ".restore-*")); len(scratch) > 0 {
+			for _, d := range scratch {
+				_ = os.RemoveAll(d)
+			}
+		}
+		ss := &Session{
+			s: s, id: strings.TrimPrefix(name, "s-"), limits: info.Limits, env: rec.Env, image: info.Image,
+			calls: rec.Calls, fresh: rec.Fresh, losses: rec.Losses,
+			interrupt: make(chan struct{}, 1),
+			done:      make(chan struct{}),
+			paused:    &pausedState{dir: dir, info: info, events: make(chan runner.Report, 8)},
+		}
+		s.mu.Lock()
+		if s.sessions == nil {
+			s.sessions = map[*Session]struct{}{}
+		}
+		s.sessions[ss] = struct{}{}
+		s.mu.Unlock()
+		out = append(out, Recovered{Session: ss, Table: rec.Table, Paused: PauseInfo{At: info.Created, Bytes: info.Bytes}})
+	}
+	return out
 }
 
 // ProbeCheckpoints finds out whether this host can pause sessions: the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/jail"
 	"github.com/jaild/jaild/internal/run/spec"
 )
 
@@ -35,7 +36,7 @@ func TestSessionPauseResume(t *testing.T) {
 	if r := call(t, ss, setup); r.Status != spec.StatusOK || string(r.Stdout) != "set\n" {
 		t.Fatalf("setup: %+v %s", r, r.Stderr)
 	}
-	pi, err := ss.Pause()
+	pi, err := ss.Pause(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestSessionPauseResume(t *testing.T) {
 	// A resumed session pauses again (its init executed afresh after the
 	// restore), and again: its state whole each time.
 	for i := range 2 {
-		if _, err := ss.Pause(); err != nil {
+		if _, err := ss.Pause(nil); err != nil {
 			t.Fatalf("pause %d after a resume: %v", i+2, err)
 		}
 		r = call(t, ss, "x['n'] += 1\nx['n']")
@@ -82,7 +83,7 @@ func TestSessionResumeExplicit(t *testing.T) {
 	needCheckpoints(t)
 	ss := newTestSession(t)
 	call(t, ss, "y = [1, 2, 3]")
-	if _, err := ss.Pause(); err != nil {
+	if _, err := ss.Pause(nil); err != nil {
 		t.Fatal(err)
 	}
 	took, err := ss.Resume()
@@ -101,7 +102,7 @@ func TestSessionPausedTampered(t *testing.T) {
 	needCheckpoints(t)
 	ss := newTestSession(t)
 	call(t, ss, "secret = 42")
-	if _, err := ss.Pause(); err != nil {
+	if _, err := ss.Pause(nil); err != nil {
 		t.Fatal(err)
 	}
 	ss.mu.Lock()
@@ -139,7 +140,7 @@ func TestSessionPauseRefused(t *testing.T) {
 	if r := call(t, ss, code); r.Status != spec.StatusOK || string(r.Stdout) != "True True\n" {
 		t.Fatalf("setup: %+v %q %s", r.Status, r.Stdout, r.Stderr)
 	}
-	_, err := ss.Pause()
+	_, err := ss.Pause(nil)
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "cannot be paused (it keeps running): ") {
 		t.Fatalf("pause of a session holding a large deleted file: %v, want a conflict with CRIU's reason", err)
 	}
@@ -153,5 +154,83 @@ func TestSessionPauseRefused(t *testing.T) {
 	r := call(t, ss, "x + 1")
 	if r.Status != spec.StatusOK || strings.TrimSpace(string(r.Stdout)) != "8" {
 		t.Fatalf("the session did not run on: %+v %s", r, r.Stderr)
+	}
+}
+
+// A paused session outlives its service: Detach leaves its checkpoint,
+// and another service on the same directory (a daemon after a restart)
+// adopts it with the record it was paused with, restores it at its next
+// call with its state and count of calls, and removes what is not a
+// whole checkpoint of its key (a pause cut short, a forged record).
+func TestSessionRecoveredAfterRestart(t *testing.T) {
+	needCheckpoints(t)
+	dir := t.TempDir()
+	service := func() *Service {
+		s, err := New(testJails, Config{CheckpointDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := "" // the probe passed for the jail engine both services share
+		s.cpWhy.Store(&why)
+		return s
+	}
+	first := service()
+	l := jail.DefaultLimits()
+	l.Timeout = time.Hour
+	ss, err := first.NewSession(SessionSpec{Limits: l, Env: map[string]string{"MINE": "kept"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ss.Close)
+	call(t, ss, "import os\nstate = {'n': 1}\nopen('w.txt', 'w').write('workspace')")
+	call(t, ss, "state['n'] += 1")
+	if _, err := ss.Pause([]byte(`{"table":"record"}`)); err != nil {
+		t.Fatal(err)
+	}
+	ss.Detach()
+	<-ss.Done()
+	first.Idle()
+	// What a daemon killed at the wrong moment leaves, and a forgery.
+	for _, d := range []string{"s-cut.tmp-abc", "probe-abc", "s-forged"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "s-forged", "meta.json"), []byte(`{"record":{"v":1,"table":{}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	second := service()
+	recs := second.RecoverPaused()
+	if len(recs) != 1 {
+		t.Fatalf("recovered %d sessions, want 1", len(recs))
+	}
+	rs := recs[0].Session
+	t.Cleanup(rs.Close)
+	second.Idle() // the forgery's removal
+	if string(recs[0].Table) != `{"table":"record"}` || recs[0].Paused.Bytes <= 0 {
+		t.Errorf("recovered %s, %+v", recs[0].Table, recs[0].Paused)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 1 || !strings.HasPrefix(names[0], "s-") || names[0] == "s-forged" {
+		t.Errorf("the checkpoint directory after the recovery: %v, want the session's checkpoint alone", names)
+	}
+	r := call(t, rs, "print(state['n'], open('w.txt').read(), os.environ['MINE'])")
+	if r.Status != spec.StatusOK || string(r.Stdout) != "2 workspace kept\n" || !r.Resumed || r.Count != 3 {
+		t.Errorf("the recovered session's call: %q %+v %s", r.Stdout, r, r.Stderr)
+	}
+	// Its interpreter restarts with its environment after a loss.
+	call(t, rs, "os._exit(3)")
+	if r := call(t, rs, "import os\nprint(os.environ['MINE'])"); string(r.Stdout) != "kept\n" {
+		t.Errorf("after a fresh interpreter: %q %s", r.Stdout, r.Stderr)
+	}
+	rs.Close()
+	second.Idle()
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left after the recovered session ended: %v", ents)
 	}
 }

@@ -220,8 +220,12 @@ func (ss *Session) EndReason() string {
 }
 
 // end marks the session ended (the first reason wins) and destroys its
-// jail in the background.
-func (ss *Session) end(reason string) {
+// jail in the background, and its checkpoint (see removeCheckpoint).
+func (ss *Session) end(reason string) { ss.finish(reason, false) }
+
+// finish ends the session; keep leaves a paused session's checkpoint on
+// disk, for the next daemon (Detach).
+func (ss *Session) finish(reason string, keep bool) {
 	ss.mu.Lock()
 	first := !ss.ended
 	if first {
@@ -238,8 +242,8 @@ func (ss *Session) end(reason string) {
 			if st != nil {
 				ss.s.teardowns.Go(st.Destroy)
 			}
-			if paused != nil {
-				ss.s.teardowns.Go(func() { _ = os.RemoveAll(paused.dir) })
+			if paused != nil && !keep {
+				ss.s.removeCheckpoint(paused.dir, ss.ID())
 			}
 			ss.s.mu.Lock()
 			delete(ss.s.sessions, ss)

@@ -28,6 +28,8 @@ func DepsFor(cfg config.Config, engine Engine, log *slog.Logger) (Deps, error) {
 			MaxPerUID: cfg.Sessions.MaxPerUID, MaxTotal: cfg.Sessions.MaxTotal, KeepEnded: cfg.Sessions.KeepEnded.Duration,
 			MaxMemoryPerUID: memPerUID, MaxMemoryTotal: memTotal,
 			PauseOnIdle: cfg.Sessions.OnIdle != "end", PausedTTL: cfg.Sessions.PausedTTL.Duration,
+			PauseOnShutdown: cfg.Sessions.OnShutdown != "end", ShutdownPause: cfg.Sessions.ShutdownPause.Duration,
+			EncodeMeta: encodeSessionMeta,
 		}),
 	}
 	if f := cfg.Files; f.Enabled {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -29,6 +30,36 @@ type sessionMeta struct {
 	wireLimits api.LimitValues
 	network    string
 	image      string
+}
+
+// sessionMetaRecord is what a paused session keeps of its sessionMeta
+// (sessions.Config.EncodeMeta), for the daemon that adopts it.
+type sessionMetaRecord struct {
+	Bounds     policy.CallBounds `json:"bounds"`
+	WireLimits api.LimitValues   `json:"limits"`
+	Network    string            `json:"network"`
+	Image      string            `json:"image"`
+}
+
+func encodeSessionMeta(meta any) ([]byte, error) {
+	m, ok := meta.(*sessionMeta)
+	if !ok {
+		return nil, fmt.Errorf("session meta of type %T", meta)
+	}
+	return json.Marshal(sessionMetaRecord{Bounds: m.bounds, WireLimits: m.wireLimits, Network: m.network, Image: m.image})
+}
+
+// AdoptSession adds a paused session of an earlier daemon (h, paused) to
+// the table, with the record its pause kept (run.Recovered.Table): the
+// same id, owner, limits and lifetime.
+func (s *Server) AdoptSession(h Session, record []byte) (sessions.Info, error) {
+	return s.sessions.Adopt(h, record, func(raw json.RawMessage, _ sessions.Handle) (any, error) {
+		var r sessionMetaRecord
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, err
+		}
+		return &sessionMeta{h: h, bounds: r.Bounds, wireLimits: r.WireLimits, network: r.Network, image: r.Image}, nil
+	})
 }
 
 func (s *Server) sessionCaller(r *http.Request) (peer.Caller, sessions.Caller) {

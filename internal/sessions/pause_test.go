@@ -1,7 +1,9 @@
 package sessions
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,12 +20,15 @@ type fakePauser struct {
 	at     time.Time
 	fail   error
 	pauses int
+	record []byte // the last Pause's
+	kept   bool   // detached paused: its checkpoint left for the next daemon
 }
 
-func (f *fakePauser) Pause() (spec.PauseInfo, error) {
+func (f *fakePauser) Pause(record []byte) (spec.PauseInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pauses++
+	f.record = record
 	if f.fail != nil {
 		return spec.PauseInfo{}, f.fail
 	}
@@ -42,6 +47,13 @@ func (f *fakePauser) Resume() (time.Duration, error) {
 	}
 	f.paused = false
 	return 2 * time.Millisecond, nil
+}
+
+func (f *fakePauser) Detach() {
+	f.mu.Lock()
+	f.kept = f.paused
+	f.mu.Unlock()
+	f.end("daemon_shutdown")
 }
 
 func (f *fakePauser) Paused() (spec.PauseInfo, bool) {
@@ -155,5 +167,103 @@ func TestIdlePauses(t *testing.T) {
 	m.ReapNow()
 	if g, _ := m.Get(a.ID, Caller{UID: 1}); g.State != StateEnded || g.EndReason != EndPausedTTL {
 		t.Errorf("paused 25 h: %s (%s), want ended (%s)", g.State, g.EndReason, EndPausedTTL)
+	}
+}
+
+type testMeta struct {
+	Image string `json:"image"`
+}
+
+func encodeTestMeta(m any) ([]byte, error) { return json.Marshal(m) }
+
+// A paused session's record carries what the table knows of it; a later
+// table adopts it from that record with the same id, owner, lifetime,
+// count of calls and meta; its owner alone sees it; an id of the earlier
+// daemon that was not kept still says the daemon restarted.
+func TestPausedSessionAdopted(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	cfg := Config{MaxPerUID: 4, MaxTotal: 4, KeepEnded: time.Minute, Tick: time.Hour, Now: c.now, EncodeMeta: encodeTestMeta, PauseOnShutdown: true, ShutdownPause: time.Minute}
+	m := New(cfg)
+	r, err := m.Reserve(Caller{UID: 7}, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakePauser{fakeHandle: newFake(), at: c.now()}
+	info, err := m.Add(r, h, 3*time.Minute, time.Hour, &testMeta{Image: "python-ml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := add(t, m, 7, time.Minute, time.Hour) // cannot pause: ends at Close
+	_, _, done, err := m.Begin(info.ID, Caller{UID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done(5)
+	if _, _, err := m.Pause(info.ID, Caller{UID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if !h.kept || h.pauses != 1 {
+		t.Fatalf("a paused session at Close: kept %v after %d pauses", h.kept, h.pauses)
+	}
+
+	c.add(time.Hour)
+	m2 := New(cfg)
+	t.Cleanup(m2.Close)
+	h2 := &fakePauser{fakeHandle: newFake(), at: h.at, paused: true}
+	got, err := m2.Adopt(h2, h.record, func(raw json.RawMessage, _ Handle) (any, error) {
+		var tm testMeta
+		err := json.Unmarshal(raw, &tm)
+		return &tm, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != info.ID || got.Owner != 7 || !got.Created.Equal(info.Created) || !got.Expires.Equal(info.Expires) ||
+		got.IdleTimeout != 3*time.Minute || got.Calls != 5 || got.Memory != 64<<20 || got.State != StatePaused || got.Meta.(*testMeta).Image != "python-ml" {
+		t.Errorf("adopted: %+v, from %+v", got, info)
+	}
+	if _, err := m2.Get(info.ID, Caller{UID: 8}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("another uid's adopted session: %v, want not found", err)
+	}
+	if _, err := m2.Get(other.ID, Caller{UID: 7}); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), EndRestart) {
+		t.Errorf("a session of the earlier daemon that was not kept: %v, want %s", err, EndRestart)
+	}
+	if _, err := m2.Adopt(h2, h.record, func(json.RawMessage, Handle) (any, error) { return nil, nil }); err == nil {
+		t.Error("the same session adopted twice")
+	}
+	// A call resumes it; the lifetime counts only the time in a jail.
+	_, _, done, err = m2.Begin(info.ID, Caller{UID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2.Resume()
+	done(6)
+	if g, _ := m2.Get(info.ID, Caller{UID: 7}); g.State != StateIdle || g.Calls != 6 || !g.Expires.Equal(info.Expires.Add(time.Hour)) {
+		t.Errorf("after its call: %+v", g)
+	}
+}
+
+// Close with PauseOnShutdown pauses idle sessions and keeps them; one
+// that cannot pause, or whose turn comes after ShutdownPause, ends.
+func TestClosePausesIdle(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	m := New(Config{MaxPerUID: 4, MaxTotal: 4, KeepEnded: time.Minute, Tick: time.Hour, Now: c.now, EncodeMeta: encodeTestMeta, PauseOnShutdown: true, ShutdownPause: time.Minute})
+	_, a := addPauser(t, m, c, 1, 0)
+	_, b := addPauser(t, m, c, 1, 0)
+	b.fail = errdefs.New(errdefs.ErrConflict, "cannot")
+	m.Close()
+	if !a.kept || len(a.record) == 0 {
+		t.Errorf("an idle session at Close: kept %v, record %q", a.kept, a.record)
+	}
+	if b.kept || b.EndReason() != "deleted" {
+		t.Errorf("a session that cannot pause at Close: kept %v, ended %q", b.kept, b.EndReason())
+	}
+	// No time left: nothing pauses.
+	m2 := New(Config{MaxPerUID: 4, MaxTotal: 4, KeepEnded: time.Minute, Tick: time.Hour, Now: c.now, EncodeMeta: encodeTestMeta, PauseOnShutdown: true})
+	_, d := addPauser(t, m2, c, 1, 0)
+	m2.Close()
+	if d.kept || d.pauses != 0 {
+		t.Errorf("past ShutdownPause: kept %v after %d pauses", d.kept, d.pauses)
 	}
 }

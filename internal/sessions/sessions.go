@@ -10,6 +10,8 @@ package sessions
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -36,10 +38,15 @@ type Handle interface {
 // Pauser is a Handle that can pause to disk (run.Session): Pause
 // checkpoints it, Resume restores it (a call does too), Paused says
 // whether it is on disk.
+//
+// Pause keeps record (the table's, see Adopt) with the checkpoint, for a
+// later daemon. Detach forgets a paused session in this process and
+// leaves its checkpoint on disk for the next daemon (a live one is ended).
 type Pauser interface {
-	Pause() (spec.PauseInfo, error)
+	Pause(record []byte) (spec.PauseInfo, error)
 	Resume() (time.Duration, error)
 	Paused() (spec.PauseInfo, bool)
+	Detach()
 }
 
 // Reasons a session ended, besides the engine's own (spec.End*).
@@ -80,6 +87,15 @@ type Config struct {
 	// long it stays paused (0: no bound but its TTL).
 	PauseOnIdle bool
 	PausedTTL   time.Duration
+	// PauseOnShutdown: Close pauses idle sessions (Pausers), within
+	// ShutdownPause in all, and leaves every paused session on disk for
+	// the next daemon (Pauser.Detach); the others end (daemon_shutdown).
+	PauseOnShutdown bool
+	ShutdownPause   time.Duration
+	// EncodeMeta turns an Info.Meta into JSON for the record a paused
+	// session keeps (Adopt's decode turns it back); nil: paused sessions
+	// keep no record and do not outlive the daemon.
+	EncodeMeta func(meta any) ([]byte, error)
 }
 
 // Caller is who asks.
@@ -303,9 +319,9 @@ func (m *Manager) Add(r *Reservation, h Handle, idle, ttl time.Duration, meta an
 func (m *Manager) lookup(id string, who Caller) (*entry, error) {
 	e, ok := m.byID[id]
 	if !ok || (e.Owner != who.UID && !who.Admin) {
-		if inst, ok := instanceOf(id); ok && inst != m.instance {
+		if inst, known := instanceOf(id); !ok && known && inst != m.instance {
 			if t, err := strconv.ParseInt(inst, 36, 64); err == nil && time.UnixMilli(t).Before(m.started) {
-				return nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s): the daemon restarted at %s, and sessions end with the daemon that made them", id, EndRestart, m.started.UTC().Format(time.RFC3339))
+				return nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s): the daemon restarted at %s, and only paused sessions outlive the daemon that made them", id, EndRestart, m.started.UTC().Format(time.RFC3339))
 			}
 		}
 		return nil, errdefs.New(errdefs.ErrNotFound, "no session %s (sessions are visible to the uid that made them; ended ones stay listed for %v)", clip(id), m.cfg.KeepEnded)
@@ -468,21 +484,92 @@ func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
 // the pause took. A session running a call is a conflict; one paused
 // already answers as it is.
 func (m *Manager) Pause(id string, who Caller) (Info, time.Duration, error) {
-	return m.busy(id, who, func(p Pauser) (time.Duration, error) {
-		pi, err := p.Pause()
+	return m.busy(id, who, func(p Pauser, record []byte) (time.Duration, error) {
+		pi, err := p.Pause(record)
 		return pi.Took, err
 	})
+}
+
+// record is what a paused session keeps of its entry, for Adopt.
+type record struct {
+	V           int             `json:"v"`
+	ID          string          `json:"id"`
+	Owner       uint32          `json:"owner"`
+	Created     time.Time       `json:"created"`
+	Expires     time.Time       `json:"expires"`
+	IdleTimeout time.Duration   `json:"idle_timeout"`
+	Calls       int             `json:"calls"`
+	Memory      int64           `json:"memory"`
+	Meta        json.RawMessage `json:"meta,omitempty"`
+}
+
+// recordOf is e's record under m.mu; nil without Config.EncodeMeta, or
+// when its Meta cannot be encoded.
+func (m *Manager) recordOf(e *entry) []byte {
+	if m.cfg.EncodeMeta == nil {
+		return nil
+	}
+	meta, err := m.cfg.EncodeMeta(e.Meta)
+	if err != nil {
+		return nil
+	}
+	b, err := json.Marshal(record{V: 1, ID: e.ID, Owner: e.Owner, Created: e.Created, Expires: e.Expires,
+		IdleTimeout: e.IdleTimeout, Calls: e.Calls, Memory: e.Memory, Meta: meta})
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// Adopt adds a paused session of an earlier daemon (h, a Pauser paused)
+// with the record its Pause was given; decode turns the record's Meta
+// back into an Info.Meta for h. The session keeps its id, owner,
+// lifetime and count of calls; it is not counted as created.
+func (m *Manager) Adopt(h Handle, rec []byte, decode func(meta json.RawMessage, h Handle) (any, error)) (Info, error) {
+	p, ok := h.(Pauser)
+	if !ok {
+		return Info{}, errors.New("adopt: the session cannot pause")
+	}
+	pi, paused := p.Paused()
+	if !paused {
+		return Info{}, errors.New("adopt: the session is not paused")
+	}
+	var r record
+	if err := json.Unmarshal(rec, &r); err != nil {
+		return Info{}, fmt.Errorf("adopt: the record: %w", err)
+	}
+	if _, ok := instanceOf(r.ID); !ok || r.V != 1 || r.IdleTimeout <= 0 {
+		return Info{}, fmt.Errorf("adopt: a record of version %d, id %s", r.V, clip(r.ID))
+	}
+	meta, err := decode(r.Meta, h)
+	if err != nil {
+		return Info{}, fmt.Errorf("adopt: the record's meta: %w", err)
+	}
+	e := &entry{h: h, Info: Info{
+		ID: r.ID, Owner: r.Owner, Created: r.Created, Expires: r.Expires, LastUsed: pi.At, IdleTimeout: r.IdleTimeout,
+		State: StatePaused, Calls: r.Calls, Memory: r.Memory, PausedAt: pi.At, PausedBytes: pi.Bytes, Meta: meta,
+	}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		return Info{}, errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
+	case m.byID[r.ID] != nil:
+		return Info{}, fmt.Errorf("adopt: session %s is in the table already", r.ID)
+	}
+	m.byID[r.ID] = e
+	return e.Info, nil
 }
 
 // Resume restores a paused id and returns its snapshot and how long the
 // restore took (0: it was not paused).
 func (m *Manager) Resume(id string, who Caller) (Info, time.Duration, error) {
-	return m.busy(id, who, Pauser.Resume)
+	return m.busy(id, who, func(p Pauser, _ []byte) (time.Duration, error) { return p.Resume() })
 }
 
 // busy runs f on id's Pauser with the session marked running, so that no
 // call begins meanwhile.
-func (m *Manager) busy(id string, who Caller, f func(Pauser) (time.Duration, error)) (Info, time.Duration, error) {
+func (m *Manager) busy(id string, who Caller, f func(p Pauser, record []byte) (time.Duration, error)) (Info, time.Duration, error) {
 	m.mu.Lock()
 	e, err := m.lookup(id, who)
 	if err != nil {
@@ -503,8 +590,9 @@ func (m *Manager) busy(id string, who Caller, f func(Pauser) (time.Duration, err
 	}
 	prev := e.State
 	e.State = StateRunning
+	rec := m.recordOf(e)
 	m.mu.Unlock()
-	took, err := f(p)
+	took, err := f(p, rec)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.State == StateRunning {
@@ -540,7 +628,10 @@ func (m *Manager) end(id string, who Caller, reason string) (Info, error) {
 	return info, nil
 }
 
-// Close ends every session (daemon_shutdown) and stops the reaper.
+// Close stops the reaper and ends every session (daemon_shutdown): with
+// Config.PauseOnShutdown, idle sessions are paused first (those that
+// cannot, or not within ShutdownPause, end), and paused sessions are left
+// on disk for the next daemon (Pauser.Detach).
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -548,18 +639,57 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait() // the reaper, and its pauses of idle sessions
+	m.mu.Lock()
 	var live []Handle
+	var pausing []pauseJob
+	var keep []Pauser
+	for _, e := range m.byID {
+		m.refresh(e)
+		p, ok := e.h.(Pauser)
+		switch {
+		case e.State == StateEnded:
+			continue
+		case ok && m.cfg.EncodeMeta != nil && e.State == StatePaused:
+			keep = append(keep, p)
+			continue
+		case ok && m.cfg.EncodeMeta != nil && m.cfg.PauseOnShutdown && e.State == StateIdle:
+			if rec := m.recordOf(e); rec != nil {
+				pausing = append(pausing, pauseJob{e: e, p: p, record: rec})
+				continue
+			}
+		}
+		m.markEnded(e, EndShutdown)
+		live = append(live, e.h)
+	}
+	m.mu.Unlock()
+	for _, h := range live {
+		h.Close() // their teardown starts while the others pause
+	}
+	deadline := m.cfg.Now().Add(m.cfg.ShutdownPause)
+	for _, j := range pausing {
+		if m.cfg.Now().Before(deadline) {
+			if _, err := j.p.Pause(j.record); err == nil {
+				keep = append(keep, j.p)
+				continue
+			}
+		}
+		m.mu.Lock()
+		m.markEnded(j.e, EndShutdown)
+		m.mu.Unlock()
+		j.e.h.Close()
+	}
+	m.mu.Lock()
 	for _, e := range m.byID {
 		if e.State != StateEnded {
 			m.markEnded(e, EndShutdown)
-			live = append(live, e.h)
 		}
 	}
 	m.mu.Unlock()
-	close(m.stop)
-	m.wg.Wait()
-	for _, h := range live {
-		h.Close()
+	for _, p := range keep {
+		p.Detach()
 	}
 }
 
@@ -634,7 +764,7 @@ func (m *Manager) ReapNow() {
 		case e.State == StateIdle && now.Sub(e.LastUsed) >= e.IdleTimeout:
 			if p, ok := e.h.(Pauser); ok && m.cfg.PauseOnIdle {
 				e.State = StateRunning // no call begins while it pauses
-				pausing = append(pausing, pauseJob{e, p})
+				pausing = append(pausing, pauseJob{e: e, p: p, record: m.recordOf(e)})
 				continue
 			}
 			m.markEnded(e, EndIdle)
@@ -655,14 +785,15 @@ func (m *Manager) ReapNow() {
 }
 
 type pauseJob struct {
-	e *entry
-	p Pauser
+	e      *entry
+	p      Pauser
+	record []byte
 }
 
 // pauseIdle pauses sessions past their idle timeout, one at a time.
 func (m *Manager) pauseIdle(jobs []pauseJob) {
 	for _, j := range jobs {
-		_, err := j.p.Pause()
+		_, err := j.p.Pause(j.record)
 		m.mu.Lock()
 		if j.e.State == StateRunning {
 			j.e.State = StateIdle

@@ -131,7 +131,7 @@ func (s *Session) Warm() bool { return false }
 // Pause "pauses" the session in memory (the real pause is tested with
 // real jails in internal/run and tests/): a paused fake answers its next
 // call resumed.
-func (s *Session) Pause() (spec.PauseInfo, error) {
+func (s *Session) Pause(record []byte) (spec.PauseInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pausedAt.IsZero() {
@@ -151,6 +151,10 @@ func (s *Session) Resume() (time.Duration, error) {
 	s.pausedAt = time.Time{}
 	return time.Millisecond, nil
 }
+
+// Detach ends the fake as a daemon's stop would (its "checkpoint" is
+// memory: it does not outlive the harness).
+func (s *Session) Detach() { s.End(spec.EndShutdown) }
 
 // Paused says whether the fake is paused.
 func (s *Session) Paused() (spec.PauseInfo, bool) {
