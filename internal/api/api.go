@@ -248,6 +248,9 @@ type PauseInfo struct {
 	Reason string `json:"reason,omitempty"`
 	// OnIdle is what an idle timeout does: "pause" or "end".
 	OnIdle string `json:"on_idle"`
+	// OnShutdown is what the daemon's stop does to idle sessions: "pause"
+	// (the next daemon adopts every paused session) or "end".
+	OnShutdown string `json:"on_shutdown"`
 	// PausedTTLS bounds how long a session stays paused (0: its ttl only).
 	PausedTTLS int64 `json:"paused_ttl_s"`
 }

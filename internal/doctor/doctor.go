@@ -607,7 +607,8 @@ func (o Options) pause(served *api.Info) Check {
 		c.Status, c.Detail = Skip, "sessions are disabled"
 	case served.Sessions.Pause.Available:
 		c.Status = OK
-		c.Detail = "sessions can pause to disk (CRIU checkpointed and restored a test jail at the daemon's start); an idle timeout " + map[string]string{"pause": "pauses them", "end": "ends them (sessions.on_idle)"}[served.Sessions.Pause.OnIdle]
+		c.Detail = "sessions can pause to disk (CRIU checkpointed and restored a test jail at the daemon's start); an idle timeout " + map[string]string{"pause": "pauses them", "end": "ends them (sessions.on_idle)"}[served.Sessions.Pause.OnIdle] +
+			"; paused sessions outlive a restart, and a stop " + map[string]string{"pause": "pauses idle ones", "end": "ends idle ones (sessions.on_shutdown)"}[served.Sessions.Pause.OnShutdown]
 	default:
 		c.Status = Warn
 		c.Detail = "sessions cannot pause: " + served.Sessions.Pause.Reason + "; idle sessions end, pause answers 503"

@@ -75,7 +75,11 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	if why == "" && sc.OnIdle != "end" {
 		onIdle = "pause"
 	}
-	info.Sessions.Pause = api.PauseInfo{Available: why == "", Reason: why, OnIdle: onIdle, PausedTTLS: int64(sc.PausedTTL.Seconds())}
+	onStop := "end"
+	if why == "" && sc.OnShutdown != "end" {
+		onStop = "pause"
+	}
+	info.Sessions.Pause = api.PauseInfo{Available: why == "", Reason: why, OnIdle: onIdle, OnShutdown: onStop, PausedTTLS: int64(sc.PausedTTL.Seconds())}
 	var perUID int64
 	info.Sessions.MemoryReservedBytes, perUID, info.Sessions.MaxMemoryTotalBytes = s.sessions.Memory()
 	if !who.Admin {

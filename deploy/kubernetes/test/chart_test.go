@@ -159,7 +159,7 @@ func TestChartRefuses(t *testing.T) {
 		{"socket in config", `config: {socket: /tmp/x.sock}`, "set that instead"},
 		{"tls files in config", "tls: {enabled: true}\nconfig: {tls: {cert: /x.crt, clients: [{name: a}]}}", "config.tls.cert is set by the chart"},
 		{"a listener without tls.enabled", `config: {tls: {listen: "0.0.0.0:7443", clients: [{name: a}]}}`, "set tls.enabled"},
-		{"a grace the pod does not wait for", `config: {shutdown_grace: 2m}`, "at least 155"},
+		{"a grace the pod does not wait for", `config: {shutdown_grace: 2m}`, "at least 175"},
 		{"a duration jaild would not parse", `config: {shutdown_grace: 30}`, "is not a duration"},
 		{"a misspelt value", `tolerationz: []`, "tolerationz"},
 		{"a probe timeout below curl's", `probes: {readiness: {timeoutSeconds: 2}}`, "timeoutSeconds"},

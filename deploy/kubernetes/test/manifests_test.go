@@ -298,8 +298,8 @@ func checkDeployment(t *testing.T, o *objects, tlsOn, wantNS, imageCache bool, s
 		t.Fatal("no terminationGracePeriodSeconds")
 	}
 	grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
-	if grace <= cfg.ShutdownGrace.Duration || grace < pause+cfg.ShutdownGrace.Duration+30*time.Second {
-		t.Errorf("terminationGracePeriodSeconds %v: want at least preStop %v + shutdown_grace %v + 30 s", grace, pause, cfg.ShutdownGrace.Duration)
+	if grace <= cfg.ShutdownGrace.Duration || grace < pause+cfg.ShutdownGrace.Duration+cfg.Sessions.ShutdownPause.Duration+30*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %v: want at least preStop %v + shutdown_grace %v + sessions.shutdown_pause %v + 30 s", grace, pause, cfg.ShutdownGrace.Duration, cfg.Sessions.ShutdownPause.Duration)
 	}
 
 	// Probes: exec, curl over the configured socket, readiness on
