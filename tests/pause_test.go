@@ -221,3 +221,65 @@ func TestSessionSurvivesRestart(t *testing.T) {
 		return len(left) == 0
 	})
 }
+
+// POST /v1/sessions/{id}/fork (issue 28): children of the caller's that
+// carry on from the parent's state, each in a jail of its own; their
+// random generators (random's, numpy's legacy and a Generator of the
+// user's) reseeded so that none draws what another or the parent draws;
+// a child cannot see the others' files nor signal their processes (a
+// kill(-1) in one leaves the others whole); another uid cannot fork; a
+// count outside 1..16 is refused naming it, and one past the caller's cap
+// of sessions is 429 with nothing made.
+func TestSessionFork(t *testing.T) {
+	cfg := strings.NewReplacer("max_per_uid = 2\n", "max_per_uid = 4\n").Replace(sessionConfig)
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
+		return setKeys(c, map[string]string{"daily_quota": "1000"}) + cfg
+	}})
+	parent := newSession(t, d, api.SessionCreateRequest{})
+	mustExec(t, d, parent.SessionID, "import random, os, numpy as np\nrandom.seed(1)\nnp.random.seed(2)\nrng = np.random.default_rng(3)\nstate = ['parent']\nopen('mine.txt', 'w').write('parent')")
+
+	if code, _, body := curlAs(t, d.Socket, http.MethodPost, "/v1/sessions/"+parent.SessionID+"/fork", `{"count": 1}`); code != http.StatusNotFound {
+		t.Errorf("uid 65534's fork: %d %s", code, body)
+	}
+	var e api.ErrorBody
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+parent.SessionID+"/fork", map[string]any{"count": 17}, &e); code != http.StatusBadRequest || e.Error.Field != "count" || !strings.Contains(e.Error.Message, "1..16") {
+		t.Errorf("a fork of 17: %d %+v", code, e)
+	}
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+parent.SessionID+"/fork", map[string]any{"count": 4}, &e); code != http.StatusTooManyRequests {
+		t.Errorf("a fork past max_per_uid: %d %+v", code, e)
+	}
+	var fr api.SessionForkResponse
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+parent.SessionID+"/fork", map[string]any{"count": 2}, &fr); code != http.StatusOK || len(fr.Sessions) != 2 {
+		t.Fatalf("fork: %d %+v", code, fr)
+	}
+	t.Logf("forked into 2 in %.1f ms", fr.TookMs)
+	draw := "print(random.random(), np.random.rand(), rng.random())"
+	seen := map[string]string{}
+	for _, id := range []string{parent.SessionID, fr.Sessions[0].SessionID, fr.Sessions[1].SessionID} {
+		r := mustExec(t, d, id, draw)
+		if r.Status != "ok" || r.ExecutionCount != 2 {
+			t.Fatalf("%s: %+v", id, r)
+		}
+		for _, v := range strings.Fields(r.Stdout) {
+			if other, dup := seen[v]; dup {
+				t.Errorf("%s drew %s, as %s did", id, v, other)
+			}
+			seen[v] = id
+		}
+	}
+	a, b := fr.Sessions[0].SessionID, fr.Sessions[1].SessionID
+	if fr.Sessions[0].UID != parent.UID || fr.Sessions[0].State != api.SessionIdle {
+		t.Errorf("child: %+v", fr.Sessions[0])
+	}
+	mustExec(t, d, a, "state.append('a')\nopen('mine.txt', 'a').write('+a')\nopen('/tmp/a-only', 'w').write('a')")
+	// kill(-1) signals every process the caller may: in a child, its own.
+	mustExec(t, d, a, "import signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n    print(e)")
+	r := mustExec(t, d, b, "print(state, open('mine.txt').read(), os.path.exists('/tmp/a-only'), len([p for p in os.listdir('/proc') if p.isdigit()]))")
+	pr := mustExec(t, d, parent.SessionID, "print(state, open('mine.txt').read(), os.path.exists('/tmp/a-only'), len([p for p in os.listdir('/proc') if p.isdigit()]))")
+	if r.Status != "ok" || !strings.HasPrefix(r.Stdout, "['parent'] parent False ") || r.Stdout != pr.Stdout {
+		t.Errorf("the other child after the first's kill(-1): %q %q; the parent: %q", r.Stdout, r.Stderr, pr.Stdout)
+	}
+	for _, id := range []string{parent.SessionID, a, b} {
+		deleteSession(t, d, id)
+	}
+}

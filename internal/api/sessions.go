@@ -66,6 +66,22 @@ type SessionPauseResponse struct {
 	TookMs  float64 `json:"took_ms"`
 }
 
+// SessionForkRequest is the body of POST /v1/sessions/{id}/fork.
+type SessionForkRequest struct {
+	// Count is how many children: 1 to MaxForks.
+	Count int `json:"count"`
+}
+
+// MaxForks bounds SessionForkRequest.Count.
+const MaxForks = 16
+
+// SessionForkResponse is the 200 body of POST /v1/sessions/{id}/fork:
+// the children, new sessions of the caller's.
+type SessionForkResponse struct {
+	Sessions []Session `json:"sessions"`
+	TookMs   float64   `json:"took_ms"`
+}
+
 // SessionList is the body of GET /v1/sessions.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`

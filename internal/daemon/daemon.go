@@ -406,6 +406,23 @@ func network(n config.Network, log *slog.Logger) (*egress.Manager, error) {
 // server's Session.
 type engineOf struct{ *run.Service }
 
+// ForkSession forks a session of the service (run.Session.Fork).
+func (e engineOf) ForkSession(h server.Session, n int) ([]server.Session, error) {
+	ss, ok := h.(*run.Session)
+	if !ok {
+		return nil, fmt.Errorf("fork: a session of type %T", h)
+	}
+	kids, err := ss.Fork(n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]server.Session, len(kids))
+	for i, k := range kids {
+		out[i] = k
+	}
+	return out, nil
+}
+
 // NewSession makes a session of the service.
 func (e engineOf) NewSession(s spec.SessionSpec) (server.Session, error) {
 	sess, err := e.Service.NewSession(s)

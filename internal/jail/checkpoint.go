@@ -207,7 +207,19 @@ func (e *Engine) withCRIU(inherit string, f func() error) error {
 // Destroys it. When the checkpoint cannot be made, nothing is left in
 // dir's place and the jail is left frozen, running as before once
 // thawed; errors of what the jail holds wrap ErrCheckpointRefused.
-func (j *Jail) Checkpoint(dir string, extra []*os.File, record []byte) (_ CheckpointInfo, retErr error) {
+func (j *Jail) Checkpoint(dir string, extra []*os.File, record []byte) (CheckpointInfo, error) {
+	return j.checkpoint(dir, extra, record, false)
+}
+
+// Snapshot writes a checkpoint of the jail to dir, as Checkpoint does,
+// and leaves the jail running (thawed: its caller freezes it again when
+// it was frozen): a checkpoint to restore elsewhere (forks) or later
+// (snapshots), any number of times.
+func (j *Jail) Snapshot(dir string, extra []*os.File, record []byte) (CheckpointInfo, error) {
+	return j.checkpoint(dir, extra, record, true)
+}
+
+func (j *Jail) checkpoint(dir string, extra []*os.File, record []byte, leaveRunning bool) (_ CheckpointInfo, retErr error) {
 	e := j.e
 	if e.criu == nil {
 		return CheckpointInfo{}, ErrCheckpointsOff
@@ -267,6 +279,7 @@ func (j *Jail) Checkpoint(dir string, extra []*os.File, record []byte) (_ Checkp
 			ManageCgroupsMode: "soft",
 			TcpEstablished:    true,
 			FileLocks:         true,
+			LeaveRunning:      leaveRunning,
 		})
 	})
 	if err != nil {

@@ -246,3 +246,47 @@ func restoreShell(t *testing.T, sp Spec, cp string) (*Jail, *probePipes) {
 	q.closeChild()
 	return r, q
 }
+
+// A snapshot leaves the jail running, and restores any number of times:
+// each restore a jail of its own (its own host ids), all carrying on from
+// the snapshot's state independently of one another and of the original.
+func TestSnapshotRestoredTwice(t *testing.T) {
+	sp := Spec{Limits: DefaultLimits()}
+	j, p := shellJail(t, sp, `n=0; while read l; do n=$((n+1)); echo "$n $l" >&3; done`)
+	deadline := time.Now().Add(30 * time.Second)
+	if err := p.ask("a", "1 a", deadline); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "cp")
+	if _, err := j.Snapshot(cp, []*os.File{p.outR}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.Done():
+		t.Fatal("the snapshotted jail ended")
+	default:
+	}
+	if err := j.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ask("b", "2 b", deadline); err != nil {
+		t.Fatalf("the original after its snapshot: %v", err)
+	}
+	r1, q1 := restoreShell(t, sp, cp)
+	r2, q2 := restoreShell(t, sp, cp)
+	if err := q1.ask("c", "2 c", deadline); err != nil {
+		t.Fatalf("first restore: %v", err)
+	}
+	if err := q2.ask("d", "2 d", deadline); err != nil {
+		t.Fatalf("second restore: %v", err)
+	}
+	if err := q1.ask("e", "3 e", deadline); err != nil {
+		t.Fatalf("first restore again: %v", err)
+	}
+	if r1.HostUID() == r2.HostUID() || r1.HostUID() == j.HostUID() {
+		t.Errorf("host ids: %d %d and the original's %d", r1.HostUID(), r2.HostUID(), j.HostUID())
+	}
+}

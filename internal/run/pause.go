@@ -1,8 +1,10 @@
 package run
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +32,9 @@ type PauseInfo = spec.PauseInfo
 type pausedState struct {
 	dir  string
 	info jail.CheckpointInfo
+	// shared: the checkpoint is a fork's, restored by each of its
+	// children: a restore leaves it in place.
+	shared bool
 	// events is the jail's reports channel: a report init wrote before the
 	// dump (an interpreter's exit) is passed on after the restore.
 	events chan runner.Report
@@ -233,7 +238,9 @@ func (ss *Session) resume() (time.Duration, error) {
 	// Gone before any call runs in the restored jail: a daemon killed
 	// from now on leaves no checkpoint of it, and one killed before left
 	// the state this jail still has.
-	ss.s.removeCheckpoint(ps.dir, ss.ID())
+	if !ps.shared {
+		ss.s.removeCheckpoint(ps.dir, ss.ID())
+	}
 	return max(time.Since(start), time.Nanosecond), nil
 }
 
@@ -340,22 +347,162 @@ func (s *Service) RecoverPaused() []Recovered {
 				_ = os.RemoveAll(d)
 			}
 		}
-		ss := &Session{
-			s: s, id: strings.TrimPrefix(name, "s-"), limits: info.Limits, env: rec.Env, image: info.Image,
-			calls: rec.Calls, fresh: rec.Fresh, losses: rec.Losses,
-			interrupt: make(chan struct{}, 1),
-			done:      make(chan struct{}),
-			paused:    &pausedState{dir: dir, info: info, events: make(chan runner.Report, 8)},
+		ss, err := s.pausedSession(strings.TrimPrefix(name, "s-"), dir, info, rec, false)
+		if err != nil {
+			return out // closed meanwhile
 		}
-		s.mu.Lock()
-		if s.sessions == nil {
-			s.sessions = map[*Session]struct{}{}
-		}
-		s.sessions[ss] = struct{}{}
-		s.mu.Unlock()
 		out = append(out, Recovered{Session: ss, Table: rec.Table, Paused: PauseInfo{At: info.Created, Bytes: info.Bytes}})
 	}
 	return out
+}
+
+// pausedSession makes a session paused in the checkpoint in dir, with
+// the state rec: its next call (or resume) restores it. A shared
+// checkpoint (a fork's) is left in place by the restore.
+func (s *Service) pausedSession(id, dir string, info jail.CheckpointInfo, rec sessionRecord, shared bool) (*Session, error) {
+	ss := &Session{
+		s: s, id: id, limits: info.Limits, env: rec.Env, image: info.Image,
+		calls: rec.Calls, fresh: rec.Fresh, losses: rec.Losses,
+		interrupt: make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		paused:    &pausedState{dir: dir, info: info, events: make(chan runner.Report, 8), shared: shared},
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, jail.ErrClosed
+	}
+	if s.sessions == nil {
+		s.sessions = map[*Session]struct{}{}
+	}
+	s.sessions[ss] = struct{}{}
+	return ss, nil
+}
+
+// MaxForks bounds a fork's count.
+const MaxForks = 16
+
+// Fork makes n sessions of ss, each a restore of one checkpoint of it
+// into a jail of its own (host ids, cgroup, workspace copy), with the
+// random generators of its interpreter reseeded (reseedCode), frozen as
+// between calls; ss runs on as it was (a paused ss stays paused: its
+// checkpoint is the one restored). Its errors are Pause's; a failure
+// after some children were made ends them.
+func (ss *Session) Fork(n int) (_ []*Session, retErr error) {
+	if n < 1 || n > MaxForks {
+		return nil, errdefs.Field("count", "must be in 1..%d, got %d", MaxForks, n)
+	}
+	if !ss.callMu.TryLock() {
+		return nil, errdefs.New(errdefs.ErrConflict, "the session is running a call; fork it once the call ended")
+	}
+	defer ss.callMu.Unlock()
+	if ss.isEnded() {
+		return nil, ss.endedError()
+	}
+	if why := ss.s.CheckpointsUnavailable(); why != "" {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "sessions cannot fork on this host: %s", why)
+	}
+	ss.mu.Lock()
+	ps, st := ss.paused, ss.st
+	rec := sessionRecord{V: 1, Env: ss.env, Calls: ss.calls, Fresh: ss.fresh, Losses: ss.losses}
+	switch {
+	case ss.egress:
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "a session with network egress cannot fork: its network is not checkpointed")
+	case ps == nil && !st.j.Manifest().RunnerCan(runner.FeatureRecords):
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "the session's image %q predates pausing (its runner cannot take new pipes): rebuild it", ss.image)
+	case ps == nil && ss.recordsIno != 0 && !ss.reexeced:
+		ss.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "a session resumed from a pause by an image whose init cannot execute itself afresh cannot fork")
+	}
+	ss.mu.Unlock()
+	dir, info := "", jail.CheckpointInfo{}
+	if ps != nil {
+		dir, info = ps.dir, ps.info
+	} else {
+		dir = filepath.Join(ss.s.cpDir, "f-"+jail.NewID()+".tmp-fork")
+		var err error
+		info, err = st.j.Snapshot(dir, []*os.File{st.p.jobW, st.p.recR, st.p.ctlW, st.p.statR}, nil)
+		if ferr := freeze(st.j); ferr != nil {
+			ss.s.log.Error("freeze a session after its fork's checkpoint; ending it", "id", ss.ID(), "err", ferr)
+			ss.end(spec.EndFreezeFailed)
+		}
+		if err != nil {
+			if errors.Is(err, jail.ErrCheckpointRefused) {
+				return nil, errdefs.New(errdefs.ErrConflict, "the session cannot be forked (it keeps running): %s", refusedReason(err))
+			}
+			ss.s.log.Error("session fork checkpoint", "id", ss.ID(), "err", err)
+			return nil, errdefs.New(errdefs.ErrUnavailable, "the session could not be forked (it keeps running); the daemon's log says why")
+		}
+		defer ss.s.removeCheckpoint(dir, ss.ID())
+	}
+	kids := make([]*Session, 0, n)
+	defer func() {
+		if retErr != nil {
+			for _, k := range kids {
+				k.Close()
+			}
+		}
+	}()
+	for range n {
+		kid, err := ss.s.pausedSession(jail.NewID(), dir, info, rec, true)
+		if err != nil {
+			return nil, err
+		}
+		kids = append(kids, kid)
+		if err := kid.reseed(); err != nil {
+			ss.s.log.Error("session fork: restore a child", "id", ss.ID(), "err", err)
+			return nil, errdefs.New(errdefs.ErrUnavailable, "a fork of the session could not be restored (the session runs on); the daemon's log says why")
+		}
+	}
+	return kids, nil
+}
+
+// reseedCode gives the random generators a restored copy of an
+// interpreter shares with its original new seeds from the kernel: every
+// random.Random of the interpreter (the random module's own among them)
+// and numpy.random's RandomState and Generator objects, when numpy.random
+// is imported. secrets, os.urandom and uuid4 draw from the kernel each
+// time already. It prints how many it reseeded.
+const reseedCode = `def _jaild_reseed():
+    import gc, random, sys
+    nr = sys.modules.get("numpy.random")
+    n = 0
+    for o in gc.get_objects():
+        if isinstance(o, random.Random):
+            o.seed()
+            n += 1
+        elif nr is not None and isinstance(o, nr.RandomState):
+            o.seed()
+            n += 1
+        elif nr is not None and isinstance(o, nr.Generator):
+            bg = o.bit_generator
+            bg.state = type(bg)().state
+            n += 1
+    return n
+print(_jaild_reseed())
+del _jaild_reseed
+`
+
+// reseed restores a fork's child and runs reseedCode in it, a call that
+// is not counted: the child's next call has the number the parent's
+// would have.
+func (ss *Session) reseed() error {
+	ss.mu.Lock()
+	calls := ss.calls
+	ss.mu.Unlock()
+	r, err := ss.Exec(context.Background(), &Call{Code: reseedCode, Timeout: 30 * time.Second, OutputBytes: 4096})
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	ss.calls = calls
+	ss.mu.Unlock()
+	if r.Status != spec.StatusOK {
+		return fmt.Errorf("reseed: %s %q", r.Status, r.Stderr)
+	}
+	return nil
 }
 
 // ProbeCheckpoints finds out whether this host can pause sessions: the

@@ -234,3 +234,71 @@ func TestSessionRecoveredAfterRestart(t *testing.T) {
 		t.Errorf("left after the recovered session ended: %v", ents)
 	}
 }
+
+// A fork's children carry on from the parent's state, each in a jail of
+// its own (host ids, workspace), independent of one another and of the
+// parent, which runs on; their random generators are reseeded (the
+// random module's and one of the user's own), so that no two draw the
+// same numbers; a child's call count goes on from the parent's.
+func TestSessionFork(t *testing.T) {
+	needCheckpoints(t)
+	parent := newTestSession(t)
+	call(t, parent, "import random, os\nrandom.seed(7)\nmine = random.Random(9)\nstate = ['parent']\nopen('w.txt', 'w').write('parent')")
+	kids, err := parent.Fork(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kids {
+		t.Cleanup(k.Close)
+	}
+	draw := "print(random.random(), mine.random())"
+	seen := map[string]bool{}
+	pr := call(t, parent, draw)
+	if pr.Status != spec.StatusOK || pr.Count != 2 {
+		t.Fatalf("the parent after the fork: %+v %s", pr, pr.Stderr)
+	}
+	seen[string(pr.Stdout)] = true
+	hostUIDs := map[int]bool{parent.st.j.HostUID(): true}
+	for i, k := range kids {
+		r := call(t, k, draw)
+		if r.Status != spec.StatusOK || r.Count != 2 {
+			t.Fatalf("child %d: %+v %s", i, r, r.Stderr)
+		}
+		if seen[string(r.Stdout)] {
+			t.Errorf("child %d drew what another drew: %s", i, r.Stdout)
+		}
+		seen[string(r.Stdout)] = true
+		hostUIDs[k.st.j.HostUID()] = true
+		w := call(t, k, "state.append("+strconv.Itoa(i)+")\nopen('w.txt', 'a').write('"+strconv.Itoa(i)+"')\nprint(state, open('w.txt').read())")
+		if want := "['parent', " + strconv.Itoa(i) + "] parent" + strconv.Itoa(i) + "\n"; string(w.Stdout) != want {
+			t.Errorf("child %d: %q, want %q", i, w.Stdout, want)
+		}
+	}
+	if len(hostUIDs) != 4 {
+		t.Errorf("host uids of the parent and its 3 children: %v", hostUIDs)
+	}
+	if r := call(t, parent, "print(state, open('w.txt').read())"); string(r.Stdout) != "['parent'] parent\n" {
+		t.Errorf("the parent after its children's calls: %q", r.Stdout)
+	}
+	// A paused parent forks from its checkpoint and stays paused.
+	if _, err := parent.Pause(nil); err != nil {
+		t.Fatal(err)
+	}
+	more, err := parent.Fork(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(more[0].Close)
+	if _, ok := parent.Paused(); !ok {
+		t.Error("a paused parent resumed by its fork")
+	}
+	if r := call(t, more[0], "print(state)"); string(r.Stdout) != "['parent']\n" {
+		t.Errorf("the paused parent's child: %q %s", r.Stdout, r.Stderr)
+	}
+	if r := call(t, parent, "print(state)"); string(r.Stdout) != "['parent']\n" || !r.Resumed {
+		t.Errorf("the paused parent after its fork: %q %s", r.Stdout, r.Stderr)
+	}
+	if _, err := parent.Fork(MaxForks + 1); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a fork of %d: %v", MaxForks+1, err)
+	}
+}

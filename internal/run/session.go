@@ -242,7 +242,7 @@ func (ss *Session) finish(reason string, keep bool) {
 			if st != nil {
 				ss.s.teardowns.Go(st.Destroy)
 			}
-			if paused != nil && !keep {
+			if paused != nil && !keep && !paused.shared {
 				ss.s.removeCheckpoint(paused.dir, ss.ID())
 			}
 			ss.s.mu.Lock()

@@ -496,6 +496,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		{method: "POST", path: sp + "/interrupt", template: "/v1/sessions/{id}/interrupt", hdr: jsonHdr, body: []byte(`{}`)},
 		{method: "POST", path: sp + "/pause", template: "/v1/sessions/{id}/pause"},
 		{method: "POST", path: sp + "/resume", template: "/v1/sessions/{id}/resume", hdr: jsonHdr, body: []byte(`{}`)},
+		{method: "POST", path: sp + "/fork", template: "/v1/sessions/{id}/fork", hdr: jsonHdr, body: []byte(`{"count": 1}`)},
 	} {
 		resp, body = c.do(x)
 		want(resp, body, 200)
@@ -509,6 +510,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		}
 	}
 	resp, body = c.do(exchange{method: "POST", path: sp + "/execute", template: "/v1/sessions/{id}/execute", hdr: jsonHdr, body: []byte(`{"code": "1", "network": "internet"}`), badRequest: true})
+	want(resp, body, 400)
+	resp, body = c.do(exchange{method: "POST", path: sp + "/fork", template: "/v1/sessions/{id}/fork", hdr: jsonHdr, body: []byte(`{"count": 17}`), badRequest: true})
 	want(resp, body, 400)
 	resp, body = c.do(exchange{method: "DELETE", path: sp, template: "/v1/sessions/{id}"})
 	want(resp, body, 200)

@@ -64,6 +64,9 @@ type Engine interface {
 	// CheckpointsUnavailable says why sessions cannot pause to disk on
 	// this host ("" when they can).
 	CheckpointsUnavailable() string
+	// ForkSession makes n sessions of h, each a restore of a checkpoint
+	// of it in a jail of its own (see run.Session.Fork).
+	ForkSession(h Session, n int) ([]Session, error)
 }
 
 // Server serves the API. Create it with New.
@@ -321,6 +324,7 @@ func (s *Server) routes() []route {
 		{http.MethodPost, "/v1/sessions/{id}/interrupt", s.interruptSession},
 		{http.MethodPost, "/v1/sessions/{id}/pause", s.pauseSession},
 		{http.MethodPost, "/v1/sessions/{id}/resume", s.resumeSession},
+		{http.MethodPost, "/v1/sessions/{id}/fork", s.forkSession},
 		{http.MethodGet, "/v1/sessions/{id}", s.getSession},
 		{http.MethodDelete, "/v1/sessions/{id}", s.deleteSession},
 		{http.MethodPost, "/v1/files", s.uploadFile},

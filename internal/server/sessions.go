@@ -377,6 +377,70 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, op string
 	return nil
 }
 
+// forkSession serves POST /v1/sessions/{id}/fork: count new sessions of
+// the caller's, each a copy of the session's state in a jail of its own.
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
+	const op = "session_fork"
+	who, sw := s.sessionCaller(r)
+	id := r.PathValue("id")
+	if _, err := s.sessions.Get(id, sw); err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	var req api.SessionForkRequest
+	if err := decodeWithin(w, r, &req, maxInterruptBody); err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	if req.Count < 1 || req.Count > api.MaxForks {
+		err := errdefs.Field("count", "must be in 1..%d, got %d", api.MaxForks, req.Count)
+		s.audit.refused(who, op, err)
+		return err
+	}
+	// One run slot for the fork (its restores run one at a time), counted
+	// against the caller's rate and quota as a creation is.
+	release, err := s.admit(r.Context(), who)
+	s.setQuotaHeader(w, who)
+	if err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	start := time.Now()
+	kids, err := s.sessions.Fork(id, sw, req.Count, func(p sessions.Handle, n int) ([]sessions.Handle, error) {
+		ps, ok := p.(Session)
+		if !ok {
+			return nil, errdefs.New(errdefs.ErrUnavailable, "sessions cannot fork on this daemon")
+		}
+		made, err := s.engine.ForkSession(ps, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]sessions.Handle, len(made))
+		for i, k := range made {
+			out[i] = k
+		}
+		return out, nil
+	}, func(pm any, k sessions.Handle) any {
+		m := *pm.(*sessionMeta)
+		m.h = k.(Session)
+		return &m
+	})
+	release()
+	if err != nil {
+		s.audit.refused(who, op, err)
+		return err
+	}
+	resp := api.SessionForkResponse{Sessions: make([]api.Session, 0, len(kids)), TookMs: ms(time.Since(start))}
+	ids := make([]string, 0, len(kids))
+	for _, k := range kids {
+		resp.Sessions = append(resp.Sessions, sessionWire(k))
+		ids = append(ids, k.ID)
+	}
+	s.log.Info("audit", "op", op, "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", id, "children", strings.Join(ids, ","), "took_ms", resp.TookMs)
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 

@@ -490,6 +490,85 @@ func (m *Manager) Pause(id string, who Caller) (Info, time.Duration, error) {
 	})
 }
 
+// Fork makes count sessions of id for who, each reserved as a creation
+// is (the caller's caps of sessions and memory: 429 and 503 as Reserve's,
+// each child with id's memory limit), with id's idle timeout and what is
+// left of its lifetime (at least a minute); fork makes the children's
+// handles from id's (the parent is busy meanwhile: no call begins), meta
+// the Meta of each. The children are who's.
+func (m *Manager) Fork(id string, who Caller, count int, fork func(parent Handle, n int) ([]Handle, error), meta func(parent any, child Handle) any) ([]Info, error) {
+	m.mu.Lock()
+	e, err := m.lookup(id, who)
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	switch e.State {
+	case StateEnded:
+		m.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s)", id, e.EndReason)
+	case StateRunning:
+		m.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrConflict, "session %s is running a call; wait for it or POST /v1/sessions/%s/interrupt", id, id)
+	}
+	prev := e.State
+	e.State = StateRunning
+	parent := e.Info
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		if e.State == StateRunning {
+			e.State = prev
+		}
+		m.refresh(e)
+		m.mu.Unlock()
+	}()
+	var res []*Reservation
+	release := func() {
+		for _, r := range res {
+			r.Release()
+		}
+	}
+	for range count {
+		r, err := m.Reserve(who, parent.Memory)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		res = append(res, r)
+	}
+	kids, err := fork(e.h, count)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	ttl := max(parent.Expires.Sub(m.cfg.Now()), time.Minute)
+	if prev == StatePaused {
+		ttl = max(parent.Expires.Sub(parent.PausedAt), time.Minute) // its ttl stopped at the pause
+	}
+	out := make([]Info, 0, len(kids))
+	for i, k := range kids {
+		info, err := m.Add(res[i], k, parent.IdleTimeout, ttl, meta(parent.Meta, k))
+		if err != nil {
+			for _, r := range res[i+1:] {
+				r.Release()
+			}
+			for _, k := range kids[i+1:] {
+				k.Close()
+			}
+			return nil, err
+		}
+		m.mu.Lock()
+		if c := m.byID[info.ID]; c != nil {
+			c.Calls = parent.Calls
+			info.Calls = parent.Calls
+		}
+		m.mu.Unlock()
+		out = append(out, info)
+	}
+	return out, nil
+}
+
 // record is what a paused session keeps of its entry, for Adopt.
 type record struct {
 	V           int             `json:"v"`

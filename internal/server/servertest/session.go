@@ -2,6 +2,7 @@ package servertest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -43,6 +44,24 @@ func (e *Engine) NewSession(spec run.SessionSpec) (server.Session, error) {
 	e.mu.Unlock()
 	s.ExecFunc = f
 	return s, nil
+}
+
+// ForkSession makes n fake sessions of h's spec (the real fork is tested
+// with real jails in internal/run and tests/).
+func (e *Engine) ForkSession(h server.Session, n int) ([]server.Session, error) {
+	p, ok := h.(*Session)
+	if !ok {
+		return nil, fmt.Errorf("fork: a session of type %T", h)
+	}
+	out := make([]server.Session, 0, n)
+	for range n {
+		k, err := e.NewSession(p.Spec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // FailSessions makes every session made after fail with err (as a jail
