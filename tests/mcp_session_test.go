@@ -165,6 +165,35 @@ func TestMCPSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("pause and fork", func(t *testing.T) {
+		m.runIn(ctx, id, "y = 'kept'", nil)
+		var ps sessionOutput
+		res := m.call(ctx, "pause_session", map[string]any{"session_id": id}, &ps)
+		if res.IsError || ps.State != "paused" {
+			t.Fatalf("pause_session: isError %v, %+v, %q", res.IsError, ps, text(res))
+		}
+		var fork struct {
+			Sessions []sessionOutput `json:"sessions"`
+		}
+		res = m.call(ctx, "fork_session", map[string]any{"session_id": id, "count": 1}, &fork)
+		if res.IsError || len(fork.Sessions) != 1 || fork.Sessions[0].SessionID == id {
+			t.Fatalf("fork_session: isError %v, %+v, %q", res.IsError, fork, text(res))
+		}
+		kid := fork.Sessions[0].SessionID
+		if res, out := m.runIn(ctx, kid, "y += ' in the copy'\ny", nil); res.IsError || out.Result == nil || *out.Result != "'kept in the copy'" {
+			t.Errorf("run_python in the copy: %q", text(res))
+		}
+		if res, out := m.runIn(ctx, id, "y", nil); res.IsError || out.Result == nil || *out.Result != "'kept'" {
+			t.Errorf("run_python in the paused original: %q", text(res))
+		}
+		if res := m.call(ctx, "close_session", map[string]any{"session_id": kid}, nil); res.IsError {
+			t.Errorf("close_session of the copy: %q", text(res))
+		}
+		if res := m.call(ctx, "fork_session", map[string]any{"session_id": id, "count": 17}, nil); !res.IsError || !strings.Contains(text(res), "count") {
+			t.Errorf("fork_session of 17: isError %v, %q", res.IsError, text(res))
+		}
+	})
+
 	t.Run("list", func(t *testing.T) {
 		var out struct {
 			Sessions []sessionOutput `json:"sessions"`

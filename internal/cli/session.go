@@ -69,6 +69,7 @@ func init() {
 		{"interrupt", "[flags] ID", "interrupt a session's call in progress (exit status 1 when none was running)", "", runSessionInterrupt},
 		{"pause", "[flags] ID", "pause a session to disk: its jail goes, its state stays; its next call restores it", "", runSessionPause},
 		{"resume", "[flags] ID", "restore a paused session now (a call does too)", "", runSessionResume},
+		{"fork", "[flags] ID", "copy a session into new ones, each in a jail of its own; print their IDs (for S in $(jailctl session fork -n 3 ID))", "", runSessionFork},
 		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
 	}
 }
@@ -659,6 +660,35 @@ func runPauseResume(e *env, sc *subcommand, args []string, verb, done, took stri
 		fmt.Fprintf(e.stdout, "session %s %s (%s on disk; %s %.0f ms)\n", resp.Session.SessionID, done, humanSize(resp.Session.PausedBytes), took, resp.TookMs)
 	default:
 		fmt.Fprintf(e.stdout, "session %s %s (%s %.0f ms)\n", resp.Session.SessionID, done, took, resp.TookMs)
+	}
+	return exitOK
+}
+
+func runSessionFork(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session fork")
+	var jsonOut bool
+	fs.BoolVar(&jsonOut, "json", false, jsonUsage)
+	n := fs.Int("n", 1, "how many children (1 to 16)")
+	daemon := targetFlags(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	if *n < 1 || *n > api.MaxForks {
+		return e.usageError("session fork: -n must be in 1..%d, got %d", api.MaxForks, *n)
+	}
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	var resp api.SessionForkResponse
+	if rc, ok := e.fetch(c, http.MethodPost, sessionPath(pos[0])+"/fork", api.SessionForkRequest{Count: *n}, &resp, jsonOut); !ok {
+		return rc
+	}
+	if !jsonOut {
+		for _, s := range resp.Sessions {
+			fmt.Fprintln(e.stdout, s.SessionID)
+		}
 	}
 	return exitOK
 }

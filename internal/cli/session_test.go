@@ -674,3 +674,26 @@ func TestSessionPauseResume(t *testing.T) {
 		t.Errorf("pause of an unknown session: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// session fork prints the children's IDs, one per line; -n outside 1..16
+// is a usage error that asks nothing of the daemon.
+func TestSessionFork(t *testing.T) {
+	h := newDaemon(t)
+	id := newSession(t, h)
+	r := jailctl(t, h.Socket, "", "session", "fork", "-n", "2", id)
+	ids := strings.Fields(r.stdout)
+	if r.code != 0 || len(ids) != 2 || ids[0] == ids[1] || ids[0] == id || !strings.HasPrefix(ids[0], "s-") {
+		t.Fatalf("fork: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, k := range ids {
+		if r := jailctl(t, h.Socket, "", "session", "show", k); r.code != 0 {
+			t.Errorf("show of child %s: %d %q", k, r.code, r.stderr)
+		}
+	}
+	if r := jailctl(t, h.Socket, "", "session", "fork", "-n", "17", id); r.code != 2 || !strings.Contains(r.stderr, "-n must be in 1..16") {
+		t.Errorf("fork -n 17: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "fork", "nope"); r.code == 0 || !strings.Contains(r.stderr, "no session") {
+		t.Errorf("fork of an unknown session: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -41,3 +41,14 @@ func (c *Client) Sessions(ctx context.Context) (*api.SessionList, error) {
 func (c *Client) DeleteSession(ctx context.Context, id string) (*api.Session, error) {
 	return callAs[api.Session](ctx, c, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil)
 }
+
+// PauseSession pauses a session to disk (POST /v1/sessions/{id}/pause).
+func (c *Client) PauseSession(ctx context.Context, id string) (*api.SessionPauseResponse, error) {
+	return callAs[api.SessionPauseResponse](ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/pause", struct{}{})
+}
+
+// ForkSession makes count sessions of a session's state (POST
+// /v1/sessions/{id}/fork).
+func (c *Client) ForkSession(ctx context.Context, id string, count int) (*api.SessionForkResponse, error) {
+	return callAs[api.SessionForkResponse](ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fork", api.SessionForkRequest{Count: count})
+}

@@ -21,6 +21,8 @@ const (
 	OpenSessionTool  = "open_session"
 	CloseSessionTool = "close_session"
 	ListSessionsTool = "list_sessions"
+	PauseSessionTool = "pause_session"
+	ForkSessionTool  = "fork_session"
 )
 
 // EndTimeout bounds the deletes that end the sessions of a connection that
@@ -62,6 +64,22 @@ type SessionInfo struct {
 // CloseSessionInput is the arguments of close_session.
 type CloseSessionInput struct {
 	SessionID string `json:"session_id" jsonschema:"the session to end, as open_session returned it"`
+}
+
+// PauseSessionInput is the arguments of pause_session.
+type PauseSessionInput struct {
+	SessionID string `json:"session_id" jsonschema:"the session to pause, as open_session returned it"`
+}
+
+// ForkSessionInput is the arguments of fork_session.
+type ForkSessionInput struct {
+	SessionID string `json:"session_id" jsonschema:"the session to copy, as open_session returned it"`
+	Count     int    `json:"count,omitempty" jsonschema:"how many copies (default 1)"`
+}
+
+// ForkSessionOutput is fork_session's structured result.
+type ForkSessionOutput struct {
+	Sessions []SessionInfo `json:"sessions" jsonschema:"the copies: new sessions, each with its own session_id"`
 }
 
 // ListSessionsInput is the (absent) arguments of list_sessions.
@@ -162,6 +180,19 @@ func (s *Server) addSessionTools() error {
 	s.filesSchema(openSchema.Properties["files"].Items)
 	s.imageArgument(openSchema, s.imageNames(false), "the image the session runs in, all its calls")
 
+	pauseSchema, err := inputSchema[PauseSessionInput]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", PauseSessionTool, err)
+	}
+	pauseSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
+	forkSchema, err := inputSchema[ForkSessionInput]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", ForkSessionTool, err)
+	}
+	forkSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
+	forkSchema.Properties["count"].Minimum = jsonschema.Ptr(1.0)
+	forkSchema.Properties["count"].Maximum = jsonschema.Ptr(float64(api.MaxForks))
+
 	openD, closeD, listD := s.sessionDescriptions()
 	no, yes := false, true
 	sdk.AddTool(s.mcp, &sdk.Tool{
@@ -185,7 +216,65 @@ func (s *Server) addSessionTools() error {
 		InputSchema: listSchema,
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
 	}, s.listSessions)
+	sdk.AddTool(s.mcp, &sdk.Tool{
+		Name:  PauseSessionTool,
+		Title: "Pause a Python session to disk",
+		Description: "Pause a session you will not use for a while: its whole state (variables, imports, open files, /workspace and /tmp) is written to the daemon's disk and its sandbox's memory is freed. " +
+			"The next run_python call with its session_id restores it as it was, transparently (a little slower than usual). Idle sessions are paused this way on their own where the host can.",
+		InputSchema: pauseSchema,
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
+	}, s.pauseSession)
+	sdk.AddTool(s.mcp, &sdk.Tool{
+		Name:  ForkSessionTool,
+		Title: "Copy a Python session",
+		Description: fmt.Sprintf("Copy a session into new ones (count, 1 to %d), to try alternatives side by side: each copy starts with the session's variables, imports and files, in a sandbox of its own; what one does is not seen by the others nor by the original, which goes on as it was. "+
+			"Random generators (random, numpy.random) are reseeded in each copy. Each copy counts as an open session (close them with %s).", api.MaxForks, CloseSessionTool),
+		InputSchema: forkSchema,
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
+	}, s.forkSession)
 	return nil
+}
+
+func (s *Server) pauseSession(ctx context.Context, req *sdk.CallToolRequest, in PauseSessionInput) (*sdk.CallToolResult, *SessionInfo, error) {
+	if err := s.reachable(req.Session, in.SessionID); err != nil {
+		return nil, nil, err
+	}
+	resp, err := s.client.PauseSession(ctx, in.SessionID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jaild did not pause the session: %w", err)
+	}
+	out := sessionInfo(&resp.Session)
+	return textResult(fmt.Sprintf("Session %s is paused: its state is on disk and its memory is free. The next run_python call with its session_id restores it as it was.", out.SessionID)), out, nil
+}
+
+func (s *Server) forkSession(ctx context.Context, req *sdk.CallToolRequest, in ForkSessionInput) (*sdk.CallToolResult, *ForkSessionOutput, error) {
+	if err := s.reachable(req.Session, in.SessionID); err != nil {
+		return nil, nil, err
+	}
+	n := in.Count
+	if n == 0 {
+		n = 1
+	}
+	resp, err := s.client.ForkSession(ctx, in.SessionID, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jaild did not copy the session: %w", err)
+	}
+	out := &ForkSessionOutput{Sessions: []SessionInfo{}}
+	var ids []string
+	for i := range resp.Sessions {
+		k := sessionInfo(&resp.Sessions[i])
+		if !s.owned.add(req.Session, k.SessionID) {
+			var all []string
+			for _, c := range resp.Sessions {
+				all = append(all, c.SessionID)
+			}
+			err := s.endSessions(context.WithoutCancel(ctx), all)
+			return nil, nil, errors.Join(errors.New("the MCP server is shutting down; the copies were closed"), err)
+		}
+		out.Sessions = append(out.Sessions, *k)
+		ids = append(ids, k.SessionID)
+	}
+	return textResult(fmt.Sprintf("Copies of session %s: %s. Pass one to run_python as session_id; each has the session's variables and files and goes its own way.", in.SessionID, strings.Join(ids, ", "))), out, nil
 }
 
 // createRequest maps open_session's arguments to the daemon's request.
