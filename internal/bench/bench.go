@@ -553,6 +553,10 @@ queue_size = 256
 queue_wait = "60s"
 rate_per_minute = 0
 daily_quota = 0
+
+[sessions]
+# A parent and its fork into 4 (the paused sessions' phase).
+max_per_uid = 8
 `, 1_500_000_000+pool*70000),
 		Pool: pool, PoolConfig: preload, Conns: 64,
 		Ready: func(d *daemontest.Daemon) bool {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +29,20 @@ type Pause struct {
 	// minus before the pause (the median round): what the daemon itself
 	// holds for a paused session; its jail's memory is gone.
 	RSSDeltaBytes int64 `json:"daemon_rss_delta_bytes"`
+	// Fork: the same session forked into 4 (POST .../fork, timed by the
+	// client: every child restored and reseeded), then each child's first
+	// call (df.shape) and the parent's next call.
+	ForkRounds     int  `json:"fork_rounds"`
+	Fork           Stat `json:"fork_into_4"`
+	ChildFirstCall Stat `json:"child_first_call"`
+	ParentNextCall Stat `json:"parent_next_call"`
+	// Restart: sessions with state (half of them paused, half idle) across
+	// a stop (SIGTERM) and a start of the daemon; how many answered their
+	// next call with their state, and the stop's and the start's time.
+	RestartSessions int     `json:"restart_sessions"`
+	RestartAnswered int     `json:"restart_answered"`
+	StopMs          float64 `json:"stop_ms"`
+	StartMs         float64 `json:"start_ms"`
 	// Unavailable says why nothing was measured (this host cannot pause).
 	Unavailable string `json:"unavailable,omitempty"`
 }
@@ -81,7 +96,120 @@ func (b *bench) pause() error {
 	b.rep.Pause.Pause, b.rep.Pause.NextCall, b.rep.Pause.Restore = stats(pauses), stats(calls), stats(restores)
 	slices.Sort(deltas)
 	b.rep.Pause.RSSDeltaBytes = deltas[len(deltas)/2]
+	if err := b.fork(min(rounds, 3)); err != nil {
+		return err
+	}
+	return b.restart()
+}
+
+// fork forks a DataFrame session into 4, rounds times.
+func (b *bench) fork(rounds int) error {
+	fmt.Fprintln(b.log, "forks: a 200 MB DataFrame session into 4")
+	d := b.warm
+	var forks, firsts, parents []float64
+	for range rounds {
+		id, err := d.createSessionWith(`{"limits": {"memory_mb": 1024}}`)
+		if err != nil {
+			return err
+		}
+		if err := d.sessionCall(id, dataFrame200MB); err != nil {
+			d.deleteSession(id)
+			return err
+		}
+		start := time.Now()
+		kids, err := d.forkSession(id, 4)
+		if err != nil {
+			d.deleteSession(id)
+			return err
+		}
+		forks = append(forks, ms(time.Since(start)))
+		start = time.Now()
+		if err := d.sessionCall(id, "df.shape"); err != nil {
+			return err
+		}
+		parents = append(parents, ms(time.Since(start)))
+		for _, k := range kids {
+			start = time.Now()
+			if err := d.sessionCall(k, "df.shape"); err != nil {
+				return err
+			}
+			firsts = append(firsts, ms(time.Since(start)))
+			d.deleteSession(k)
+		}
+		d.deleteSession(id)
+		d.waitReady(b.ctx)
+	}
+	b.rep.Pause.ForkRounds = rounds
+	b.rep.Pause.Fork, b.rep.Pause.ChildFirstCall, b.rep.Pause.ParentNextCall = stats(forks), stats(firsts), stats(parents)
 	return nil
+}
+
+// restart stops (SIGTERM) and starts the warm daemon with 4 sessions,
+// 2 paused and 2 idle, each holding a value of its own, and counts those
+// that answer their next call with it.
+func (b *bench) restart() error {
+	fmt.Fprintln(b.log, "paused sessions across a restart of the daemon")
+	d := b.warm
+	var ids []string
+	for i := range 4 {
+		id, err := d.createSession()
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		if err := d.sessionCall(id, fmt.Sprintf("mine = %d", 1000+i)); err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			if _, _, err := d.pauseSession(id); err != nil {
+				return err
+			}
+		}
+	}
+	start := time.Now()
+	if err := d.StopProcess(syscall.SIGTERM); err != nil {
+		return err
+	}
+	b.rep.Pause.StopMs = ms(time.Since(start))
+	start = time.Now()
+	if err := d.Start(); err != nil {
+		return err
+	}
+	b.rep.Pause.StartMs = ms(time.Since(start))
+	b.rep.Pause.RestartSessions = len(ids)
+	for i, id := range ids {
+		if _, err := d.sessionCallResumed(id, fmt.Sprintf("assert mine == %d", 1000+i)); err == nil {
+			b.rep.Pause.RestartAnswered++
+		} else {
+			fmt.Fprintf(b.log, "  session %s after the restart: %v\n", id, err)
+		}
+		d.deleteSession(id)
+	}
+	d.waitReady(b.ctx)
+	return nil
+}
+
+// forkSession forks id into n and returns the children's ids.
+func (d *daemon) forkSession(id string, n int) ([]string, error) {
+	resp, err := d.Client.Post("http://jaild/v1/sessions/"+id+"/fork", "application/json", strings.NewReader(fmt.Sprintf(`{"count": %d}`, n)))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Sessions []struct {
+			ID string `json:"session_id"`
+		} `json:"sessions"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil || len(r.Sessions) != n {
+		return nil, fmt.Errorf("fork: HTTP %d: %.300s", resp.StatusCode, b)
+	}
+	ids := make([]string, n)
+	for i, s := range r.Sessions {
+		ids[i] = s.ID
+	}
+	return ids, nil
 }
 
 // stats is the percentiles of ds (ms), as measureAfter gives them.
@@ -144,4 +272,12 @@ func (p Pause) table(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "\nPaused sessions (a 200 MB pandas DataFrame in the interpreter; ms, p50 / p95 / p99; %d rounds): pause %s; its next call, `df.shape`, %s, of which the restore %s; checkpoint %.0f MB on disk; the daemon's RSS while it is paused %+.1f MiB (the jail's memory is gone).\n",
 		p.Rounds, stat(p.Pause), stat(p.NextCall), stat(p.Restore), float64(p.CheckpointBytes)/1e6, float64(p.RSSDeltaBytes)/(1<<20))
+	if p.ForkRounds > 0 {
+		fmt.Fprintf(b, "\nFork of that session into 4 (%d rounds; ms, p50 / p95 / p99): the fork, every child restored and reseeded, %s; a child's first call, `df.shape`, %s; the parent's next call %s.\n",
+			p.ForkRounds, stat(p.Fork), stat(p.ChildFirstCall), stat(p.ParentNextCall))
+	}
+	if p.RestartSessions > 0 {
+		fmt.Fprintf(b, "\nAcross a restart (SIGTERM, then a start; %d sessions, half paused, half idle): %d answered their next call with their state; the stop took %.0f ms (the idle ones paused), the start %.0f ms.\n",
+			p.RestartSessions, p.RestartAnswered, p.StopMs, p.StartMs)
+	}
 }

@@ -24,7 +24,8 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s |\n", row.Workload, bare, stat(row.Cold), ratio(row.Cold), stat(row.Warm), ratio(row.Warm))
 	}
 	r.cpuTable(&b)
-	if len(r.Throughput) == 0 { // a quick run
+	if len(r.Throughput) == 0 { // a quick run, or paused sessions only
+		r.Pause.table(&b)
 		return b.String()
 	}
 	b.WriteString("\nThroughput of `print(1)` (runs/s; ×: ratio to bare python3 at the same concurrency):\n\n")
