@@ -16,6 +16,11 @@ type SessionCreateRequest struct {
 	// Image names the session's image (GET /v1/info lists them); empty:
 	// the default image.
 	Image string `json:"image,omitempty"`
+	// FromSnapshot starts the session from a snapshot of the caller's
+	// (POST /v1/sessions/{id}/snapshots): its state, image, limits and
+	// environment are the snapshot's; only idle_timeout_s and ttl_s may
+	// be given with it.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // Session describes a session: the 201 body of POST /v1/sessions, and the
@@ -80,6 +85,34 @@ const MaxForks = 16
 type SessionForkResponse struct {
 	Sessions []Session `json:"sessions"`
 	TookMs   float64   `json:"took_ms"`
+}
+
+// Snapshot describes a session's snapshot: the 201 body of POST
+// /v1/sessions/{id}/snapshots, and the body of GET and DELETE
+// /v1/snapshots/{snapshot_id}.
+type Snapshot struct {
+	SnapshotID string `json:"snapshot_id"`
+	// SessionID is the session it was taken of (which may have ended).
+	SessionID string    `json:"session_id"`
+	UID       uint32    `json:"uid"`
+	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the daemon removes it (sessions.paused_ttl).
+	ExpiresAt *time.Time `json:"expires_at"`
+	// Bytes is its size on the daemon's disk, counted in the checkpoint
+	// quotas.
+	Bytes int64  `json:"bytes"`
+	Image string `json:"image"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots and GET
+// /v1/sessions/{id}/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// SessionRestoreRequest is the body of POST /v1/sessions/{id}/restore.
+type SessionRestoreRequest struct {
+	SnapshotID string `json:"snapshot_id"`
 }
 
 // SessionList is the body of GET /v1/sessions.

@@ -437,6 +437,11 @@ type Sessions struct {
 	// the stop spends pausing them (the rest end).
 	OnShutdown    string   `toml:"on_shutdown"`
 	ShutdownPause Duration `toml:"shutdown_pause"`
+	// MaxCheckpointMBPerUID and MaxCheckpointMBTotal bound the disk that
+	// paused sessions and snapshots take: one caller's (413 beyond) and
+	// everyone's (507); 0: no bound.
+	MaxCheckpointMBPerUID int64 `toml:"max_checkpoint_mb_per_uid"`
+	MaxCheckpointMBTotal  int64 `toml:"max_checkpoint_mb_total"`
 }
 
 // Network configures egress: whether a run may ask for "internet", who
@@ -530,6 +535,7 @@ func Default() Config {
 			KeepEnded:     Duration{10 * time.Minute},
 			CheckpointDir: "/var/lib/jaild/checkpoints", OnIdle: "pause", PausedTTL: Duration{7 * 24 * time.Hour},
 			OnShutdown: "pause", ShutdownPause: Duration{20 * time.Second},
+			MaxCheckpointMBPerUID: 8192, MaxCheckpointMBTotal: 65536,
 		},
 		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024,
 			MaxHandshakes: 128, MaxHandshakesPerAddress: 8, HandshakeTimeout: Duration{5 * time.Second}},
@@ -849,6 +855,9 @@ func (s *Sessions) validate(defaultMemoryMB int64) error {
 	}
 	if s.OnShutdown != "pause" && s.OnShutdown != "end" {
 		bad("on_shutdown", "must be \"pause\" or \"end\", got %q", s.OnShutdown)
+	}
+	if s.MaxCheckpointMBPerUID < 0 || s.MaxCheckpointMBTotal < 0 {
+		bad("max_checkpoint_mb_per_uid", "and max_checkpoint_mb_total must not be negative")
 	}
 	if s.ShutdownPause.Duration < 0 || s.ShutdownPause.Duration > 10*time.Minute {
 		bad("shutdown_pause", "must be in 0s..10m, got %v", s.ShutdownPause.Duration)

@@ -57,8 +57,17 @@ func (d *Daemon) recoverSessions() {
 	if d.cfg.Sessions.CheckpointDir == "" || !d.cfg.Sessions.Enabled {
 		return
 	}
-	adopted := 0
+	adopted, snapshots := 0, 0
 	for _, rec := range d.engine.RecoverPaused() {
+		if rec.Snapshot != nil {
+			if _, err := d.srv.AdoptSnapshot(rec.Snapshot, rec.Table); err != nil {
+				d.log.Error("a snapshot of an earlier daemon could not be adopted; removed", "err", err)
+				rec.Snapshot.Remove()
+				continue
+			}
+			snapshots++
+			continue
+		}
 		if _, err := d.srv.AdoptSession(rec.Session, rec.Table); err != nil {
 			d.log.Error("a paused session of an earlier daemon could not be adopted; ended", "err", err)
 			rec.Session.Close()
@@ -66,8 +75,8 @@ func (d *Daemon) recoverSessions() {
 		}
 		adopted++
 	}
-	if adopted > 0 {
-		d.log.Info("paused sessions of an earlier daemon adopted", "sessions", adopted)
+	if adopted+snapshots > 0 {
+		d.log.Info("paused sessions and snapshots of an earlier daemon adopted", "sessions", adopted, "snapshots", snapshots)
 	}
 }
 

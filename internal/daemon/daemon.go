@@ -34,6 +34,7 @@ import (
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/sessions"
 	"github.com/jaild/jaild/internal/tlsauth"
 	"github.com/jaild/jaild/internal/version"
 )
@@ -421,6 +422,43 @@ func (e engineOf) ForkSession(h server.Session, n int) ([]server.Session, error)
 		out[i] = k
 	}
 	return out, nil
+}
+
+// SnapshotSession takes a snapshot of a session of the service.
+func (e engineOf) SnapshotSession(h server.Session, record []byte) (sessions.SnapshotHandle, error) {
+	ss, ok := h.(*run.Session)
+	if !ok {
+		return nil, fmt.Errorf("snapshot: a session of type %T", h)
+	}
+	sn, err := ss.Snapshot(record)
+	if err != nil {
+		return nil, err
+	}
+	return sn, nil
+}
+
+// RollbackSession rolls a session of the service back to a snapshot.
+func (e engineOf) RollbackSession(h server.Session, sn sessions.SnapshotHandle) (time.Duration, int, error) {
+	ss, ok := h.(*run.Session)
+	rs, ok2 := sn.(*run.Snapshot)
+	if !ok || !ok2 {
+		return 0, 0, fmt.Errorf("rollback: a session of type %T, a snapshot of type %T", h, sn)
+	}
+	took, err := ss.Rollback(rs)
+	return took, ss.Calls(), err
+}
+
+// SessionFromSnapshot makes a session of the service from a snapshot.
+func (e engineOf) SessionFromSnapshot(sn sessions.SnapshotHandle) (server.Session, error) {
+	rs, ok := sn.(*run.Snapshot)
+	if !ok {
+		return nil, fmt.Errorf("from snapshot: a snapshot of type %T", sn)
+	}
+	ss, err := e.Service.FromSnapshot(rs)
+	if err != nil {
+		return nil, err
+	}
+	return ss, nil
 }
 
 // NewSession makes a session of the service.

@@ -183,16 +183,8 @@ func (ss *Session) resume() (time.Duration, error) {
 		return 0, nil
 	}
 	start := time.Now()
-	p, err := newPipes(true, true)
+	r, err := ss.s.restoreJail(ps, ss.limits)
 	if err != nil {
-		return 0, err
-	}
-	j, err := ss.s.e.Restore(jail.Spec{Image: ps.info.Image, Limits: ss.limits}, ps.dir, jail.Process{
-		Stdin: p.stdinR, Stdout: p.stdoutW, Stderr: p.stderrW,
-		ExtraFiles: []*os.File{p.jobR, p.recW, p.ctlR, p.statW},
-	})
-	if err != nil {
-		p.closeAll()
 		if errors.Is(err, jail.ErrCheckpointTampered) {
 			ss.s.log.Error("paused session's checkpoint does not verify; ending the session", "id", ss.ID(), "err", err)
 			ss.end(spec.EndResumeFailed)
@@ -201,12 +193,45 @@ func (ss *Session) resume() (time.Duration, error) {
 		ss.s.log.Error("resume session", "id", ss.ID(), "err", err)
 		return 0, errdefs.New(errdefs.ErrUnavailable, "the paused session could not be restored now (it stays paused); the daemon's log says why")
 	}
+	ss.install(r, ps.events)
+	// Gone before any call runs in the restored jail: a daemon killed
+	// from now on leaves no checkpoint of it, and one killed before left
+	// the state this jail still has.
+	if !ps.shared {
+		ss.s.removeCheckpoint(ps.dir, ss.ID())
+	}
+	return max(time.Since(start), time.Nanosecond), nil
+}
+
+// restored is a jail restored from a checkpoint, with the daemon's ends
+// of its new pipes.
+type restored struct {
+	st      *started
+	ctl     *runner.Control
+	records *recordsPipe
+	ino     uint64 // the records pipe's inode, for runner.Job.Records
+}
+
+// restoreJail restores the checkpoint of ps into a new jail with limits.
+func (s *Service) restoreJail(ps *pausedState, limits jail.Limits) (*restored, error) {
+	p, err := newPipes(true, true)
+	if err != nil {
+		return nil, err
+	}
+	j, err := s.e.Restore(jail.Spec{Image: ps.info.Image, Limits: limits}, ps.dir, jail.Process{
+		Stdin: p.stdinR, Stdout: p.stdoutW, Stderr: p.stderrW,
+		ExtraFiles: []*os.File{p.jobR, p.recW, p.ctlR, p.statW},
+	})
+	if err != nil {
+		p.closeAll()
+		return nil, err
+	}
 	p.closeChildEnds()
 	st := &started{j: j, p: p}
 	records, err := newRecordsPipe(p.recR)
 	if err != nil {
 		st.Destroy()
-		return 0, err
+		return nil, err
 	}
 	var fi unix.Stat_t
 	rc, err := p.recR.SyscallConn() // not Fd(): that would make it blocking
@@ -217,31 +242,30 @@ func (ss *Session) resume() (time.Duration, error) {
 	}
 	if err != nil {
 		st.Destroy()
-		return 0, err
+		return nil, err
 	}
-	ctl := runner.NewControl(p.ctlW, p.statR)
-	ss.wire(st, ctl, records)
-	for pending := true; pending; {
+	return &restored{st: st, ctl: runner.NewControl(p.ctlW, p.statR), records: records, ino: fi.Ino}, nil
+}
+
+// install makes the restored jail r the session's, callMu held, with the
+// reports of pending (a paused session's, from before its pause) passed
+// on; its init executes afresh (reexecInit).
+func (ss *Session) install(r *restored, pending chan runner.Report) {
+	ss.wire(r.st, r.ctl, r.records)
+	for more := pending != nil; more; {
 		select {
-		case rep := <-ps.events:
+		case rep := <-pending:
 			ss.events <- rep
 		default:
-			pending = false
+			more = false
 		}
 	}
 	ss.mu.Lock()
 	ss.paused = nil
-	ss.recordsIno = fi.Ino
+	ss.recordsIno = r.ino
 	ss.reexeced = false
 	ss.mu.Unlock()
-	ss.reexecInit(ctl)
-	// Gone before any call runs in the restored jail: a daemon killed
-	// from now on leaves no checkpoint of it, and one killed before left
-	// the state this jail still has.
-	if !ps.shared {
-		ss.s.removeCheckpoint(ps.dir, ss.ID())
-	}
-	return max(time.Since(start), time.Nanosecond), nil
+	ss.reexecInit(r.ctl)
 }
 
 // removeCheckpoint takes a checkpoint out of the directory at once (a
@@ -276,6 +300,9 @@ type sessionRecord struct {
 	Fresh  bool              `json:"fresh"`
 	Losses int               `json:"losses"`
 	Table  json.RawMessage   `json:"table"`
+	// Snapshot: the checkpoint is a snapshot's (Session.Snapshot), not a
+	// paused session's.
+	Snapshot bool `json:"snapshot,omitempty"`
 }
 
 // Detach forgets a paused session in this process, its checkpoint left
@@ -288,10 +315,12 @@ func (ss *Session) Detach() {
 	ss.finish(spec.EndShutdown, paused)
 }
 
-// Recovered is a paused session of an earlier daemon, adopted.
+// Recovered is a paused session of an earlier daemon, adopted, or one of
+// its snapshots.
 type Recovered struct {
-	Session *Session
-	// Table is what the session's table gave Pause.
+	Session  *Session  // nil for a snapshot
+	Snapshot *Snapshot // nil for a session
+	// Table is what the session's table gave Pause (or Snapshot).
 	Table []byte
 	// Paused is its checkpoint.
 	Paused PauseInfo
@@ -299,7 +328,7 @@ type Recovered struct {
 
 // RecoverPaused adopts the paused sessions an earlier daemon left in the
 // checkpoint directory: each a Session paused as it was, restored at its
-// next call. It removes what is not a whole checkpoint of this daemon's
+// next call; and its snapshots. It removes what is not a whole checkpoint of this daemon's
 // key: a pause, an end or a probe cut short (temporary names), a
 // checkpoint without a record of its session or whose record does not
 // verify, and scratch directories of restores cut short. With no CRIU
@@ -321,7 +350,8 @@ func (s *Service) RecoverPaused() []Recovered {
 			continue
 		}
 		dir := filepath.Join(s.cpDir, name)
-		if !strings.HasPrefix(name, "s-") || strings.Contains(name, ".tmp-") || !ent.IsDir() {
+		snapshot := strings.HasPrefix(name, "n-")
+		if (!strings.HasPrefix(name, "s-") && !snapshot) || strings.Contains(name, ".tmp-") || !ent.IsDir() {
 			if err := os.RemoveAll(dir); err != nil {
 				s.log.Warn("paused sessions: remove a leftover", "name", name, "err", err)
 			}
@@ -333,7 +363,7 @@ func (s *Service) RecoverPaused() []Recovered {
 		}
 		var rec sessionRecord
 		if err == nil {
-			if err = json.Unmarshal(info.Record, &rec); err == nil && (rec.V != 1 || len(rec.Table) == 0) {
+			if err = json.Unmarshal(info.Record, &rec); err == nil && (rec.V != 1 || len(rec.Table) == 0 || rec.Snapshot != snapshot) {
 				err = errors.New("no record of its session")
 			}
 		}
@@ -346,6 +376,11 @@ func (s *Service) RecoverPaused() []Recovered {
 			for _, d := range scratch {
 				_ = os.RemoveAll(d)
 			}
+		}
+		if snapshot {
+			sn := &Snapshot{s: s, id: strings.TrimPrefix(name, "n-"), dir: dir, info: info, rec: rec}
+			out = append(out, Recovered{Snapshot: sn, Table: rec.Table, Paused: PauseInfo{At: info.Created, Bytes: info.Bytes}})
+			continue
 		}
 		ss, err := s.pausedSession(strings.TrimPrefix(name, "s-"), dir, info, rec, false)
 		if err != nil {

@@ -302,3 +302,65 @@ func TestSessionFork(t *testing.T) {
 		t.Errorf("a fork of %d: %v", MaxForks+1, err)
 	}
 }
+
+// A snapshot leaves the session running; the session rolls back to it
+// (its state and count of calls as they were), any number of times, and
+// new sessions start from it, their random generators reseeded; a
+// rollback that cannot restore leaves the session as it was.
+func TestSessionSnapshotRollback(t *testing.T) {
+	needCheckpoints(t)
+	ss := newTestSession(t)
+	call(t, ss, "import random\nrandom.seed(5)\nstate = ['at the snapshot']\nopen('w.txt', 'w').write('v1')")
+	sn, err := ss.Snapshot([]byte(`{"t":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sn.Remove)
+	if sn.Bytes() <= 0 {
+		t.Errorf("snapshot of %d bytes", sn.Bytes())
+	}
+	call(t, ss, "state.append('after')\nopen('w.txt', 'w').write('v2')")
+	if r := call(t, ss, "print(state, open('w.txt').read())"); string(r.Stdout) != "['at the snapshot', 'after'] v2\n" {
+		t.Fatalf("the session after its snapshot: %q %s", r.Stdout, r.Stderr)
+	}
+	for i := range 2 {
+		took, err := ss.Rollback(sn)
+		if err != nil || took <= 0 {
+			t.Fatalf("rollback %d: %v %v", i, took, err)
+		}
+		r := call(t, ss, "print(state, open('w.txt').read(), random.random())")
+		if !strings.HasPrefix(string(r.Stdout), "['at the snapshot'] v1 ") || r.Count != 2 {
+			t.Errorf("after rollback %d: %q %s count %d", i, r.Stdout, r.Stderr, r.Count)
+		}
+		call(t, ss, "state.append('again')")
+	}
+	kid, err := testEngine.FromSnapshot(sn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kid.Close)
+	a := call(t, ss, "random.seed(5)\nprint(random.random())")
+	b := call(t, kid, "print(state, random.random())")
+	if !strings.HasPrefix(string(b.Stdout), "['at the snapshot'] ") || strings.HasSuffix(string(b.Stdout), " "+string(a.Stdout)) {
+		t.Errorf("a session from the snapshot: %q (the seeded draw: %q)", b.Stdout, a.Stdout)
+	}
+	// A snapshot changed on disk: the rollback is refused, the session as
+	// it was.
+	pages, _ := filepath.Glob(filepath.Join(sn.dir, "images", "pages-*.img"))
+	if len(pages) == 0 {
+		t.Fatal("no pages image")
+	}
+	f, err := os.OpenFile(pages[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	f.Close()
+	call(t, ss, "state = ['kept']")
+	if _, err := ss.Rollback(sn); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("rollback to a changed snapshot: %v", err)
+	}
+	if r := call(t, ss, "print(state)"); string(r.Stdout) != "['kept']\n" {
+		t.Errorf("after a refused rollback: %q %s", r.Stdout, r.Stderr)
+	}
+}

@@ -202,6 +202,13 @@ func (ss *Session) wire(st *started, ctl *runner.Control, records *recordsPipe) 
 // ID is the session's first jail's id, for logs.
 func (ss *Session) ID() string { return ss.id }
 
+// Calls is the session's count of calls.
+func (ss *Session) Calls() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.calls
+}
+
 // Warm says the session took a warm jail.
 func (ss *Session) Warm() bool { return ss.warm }
 

@@ -29,7 +29,10 @@ func DepsFor(cfg config.Config, engine Engine, log *slog.Logger) (Deps, error) {
 			MaxMemoryPerUID: memPerUID, MaxMemoryTotal: memTotal,
 			PauseOnIdle: cfg.Sessions.OnIdle != "end", PausedTTL: cfg.Sessions.PausedTTL.Duration,
 			PauseOnShutdown: cfg.Sessions.OnShutdown != "end", ShutdownPause: cfg.Sessions.ShutdownPause.Duration,
-			EncodeMeta: encodeSessionMeta,
+			EncodeMeta:               encodeSessionMeta,
+			MaxCheckpointBytesPerUID: cfg.Sessions.MaxCheckpointMBPerUID << 20,
+			MaxCheckpointBytesTotal:  cfg.Sessions.MaxCheckpointMBTotal << 20,
+			SnapshotTTL:              cfg.Sessions.PausedTTL.Duration,
 		}),
 	}
 	if f := cfg.Files; f.Enabled {

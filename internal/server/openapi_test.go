@@ -501,6 +501,31 @@ func TestOpenAPIResponses(t *testing.T) {
 		resp, body = c.do(x)
 		want(resp, body, 200)
 	}
+	// Snapshots: take one, list, show, roll back, start a session from
+	// it, delete it.
+	resp, body = c.do(exchange{method: "POST", path: sp + "/snapshots", template: "/v1/sessions/{id}/snapshots"})
+	want(resp, body, 201)
+	var snap api.Snapshot
+	if err := json.Unmarshal(body, &snap); err != nil || snap.SnapshotID == "" {
+		t.Fatalf("snapshot: %s %v", body, err)
+	}
+	for _, x := range []exchange{
+		{method: "GET", path: sp + "/snapshots", template: "/v1/sessions/{id}/snapshots"},
+		{method: "GET", path: "/v1/snapshots", template: "/v1/snapshots"},
+		{method: "GET", path: "/v1/snapshots/" + snap.SnapshotID, template: "/v1/snapshots/{id}"},
+		{method: "POST", path: sp + "/restore", template: "/v1/sessions/{id}/restore", hdr: jsonHdr, body: []byte(`{"snapshot_id": "` + snap.SnapshotID + `"}`)},
+	} {
+		resp, body = c.do(x)
+		want(resp, body, 200)
+	}
+	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{"from_snapshot": "` + snap.SnapshotID + `", "idle_timeout_s": 60}`)})
+	want(resp, body, 201)
+	resp, body = c.do(exchange{method: "POST", path: "/v1/sessions", template: "/v1/sessions", hdr: jsonHdr, body: []byte(`{"from_snapshot": "` + snap.SnapshotID + `", "image": "test"}`), badRequest: true})
+	want(resp, body, 400)
+	resp, body = c.do(exchange{method: "DELETE", path: "/v1/snapshots/" + snap.SnapshotID, template: "/v1/snapshots/{id}"})
+	want(resp, body, 200)
+	resp, body = c.do(exchange{method: "GET", path: "/v1/snapshots/" + snap.SnapshotID, template: "/v1/snapshots/{id}"})
+	want(resp, body, 404)
 	for _, accept := range []string{api.MediaNDJSON, api.MediaSSE} {
 		resp, body = c.do(exchange{method: "POST", path: sp + "/execute", template: "/v1/sessions/{id}/execute",
 			hdr: map[string]string{"Content-Type": "application/json", "Accept": accept}, body: []byte(`{"code": "1"}`)})

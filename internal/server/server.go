@@ -67,6 +67,13 @@ type Engine interface {
 	// ForkSession makes n sessions of h, each a restore of a checkpoint
 	// of it in a jail of its own (see run.Session.Fork).
 	ForkSession(h Session, n int) ([]Session, error)
+	// SnapshotSession takes a snapshot of h, record kept with it;
+	// RollbackSession makes h what it was at sn (and says its count of
+	// calls then); SessionFromSnapshot makes a session of sn (see
+	// run.Session.Snapshot, Rollback and run.Service.FromSnapshot).
+	SnapshotSession(h Session, record []byte) (sessions.SnapshotHandle, error)
+	RollbackSession(h Session, sn sessions.SnapshotHandle) (took time.Duration, calls int, err error)
+	SessionFromSnapshot(sn sessions.SnapshotHandle) (Session, error)
 }
 
 // Server serves the API. Create it with New.
@@ -325,6 +332,12 @@ func (s *Server) routes() []route {
 		{http.MethodPost, "/v1/sessions/{id}/pause", s.pauseSession},
 		{http.MethodPost, "/v1/sessions/{id}/resume", s.resumeSession},
 		{http.MethodPost, "/v1/sessions/{id}/fork", s.forkSession},
+		{http.MethodPost, "/v1/sessions/{id}/snapshots", s.takeSnapshot},
+		{http.MethodGet, "/v1/sessions/{id}/snapshots", s.listSessionSnapshots},
+		{http.MethodPost, "/v1/sessions/{id}/restore", s.rollbackSession},
+		{http.MethodGet, "/v1/snapshots", s.listSnapshots},
+		{http.MethodGet, "/v1/snapshots/{id}", s.getSnapshot},
+		{http.MethodDelete, "/v1/snapshots/{id}", s.deleteSnapshot},
 		{http.MethodGet, "/v1/sessions/{id}", s.getSession},
 		{http.MethodDelete, "/v1/sessions/{id}", s.deleteSession},
 		{http.MethodPost, "/v1/files", s.uploadFile},

@@ -79,6 +79,16 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer o.done()
 	who, fail := o.who, o.fail
+	if req.FromSnapshot != "" {
+		info, err := s.sessionFromSnapshot(w, r, who, &req)
+		if err != nil {
+			return fail(err)
+		}
+		s.log.Info("audit", "op", "session_create", "uid", who.UID, "client", who.Client, "pid", who.PID, "admin", who.Admin,
+			"session_id", info.ID, "from_snapshot", req.FromSnapshot)
+		writeJSON(w, http.StatusCreated, sessionWire(info))
+		return nil
+	}
 	im, err := s.image(req.Image)
 	if err != nil {
 		return fail(err)

@@ -92,6 +92,15 @@ type Config struct {
 	// the next daemon (Pauser.Detach); the others end (daemon_shutdown).
 	PauseOnShutdown bool
 	ShutdownPause   time.Duration
+	// MaxCheckpointBytesPerUID and MaxCheckpointBytesTotal bound the
+	// bytes on disk of paused sessions and snapshots: one caller's (413
+	// beyond) and everyone's (507); 0: no bound. A pause is refused once a
+	// bound is reached (its own size is known only once it is made); a
+	// snapshot that would pass one is removed and refused.
+	MaxCheckpointBytesPerUID int64
+	MaxCheckpointBytesTotal  int64
+	// SnapshotTTL is how long a snapshot is kept; 0: until deleted.
+	SnapshotTTL time.Duration
 	// EncodeMeta turns an Info.Meta into JSON for the record a paused
 	// session keeps (Adopt's decode turns it back); nil: paused sessions
 	// keep no record and do not outlive the daemon.
@@ -143,6 +152,7 @@ type Manager struct {
 	closed   bool
 	created  uint64            // sessions added since the start
 	ended    map[string]uint64 // sessions ended since the start, by reason
+	snaps    map[string]*snapEntry
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -485,6 +495,14 @@ func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
 // already answers as it is.
 func (m *Manager) Pause(id string, who Caller) (Info, time.Duration, error) {
 	return m.busy(id, who, func(p Pauser, record []byte) (time.Duration, error) {
+		if _, paused := p.Paused(); !paused {
+			m.mu.Lock()
+			err := m.checkpointRoom(m.byID[id].Owner, 0, "another paused session")
+			m.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
+		}
 		pi, err := p.Pause(record)
 		return pi.Took, err
 	})
@@ -734,7 +752,7 @@ func (m *Manager) Close() {
 		case ok && m.cfg.EncodeMeta != nil && e.State == StatePaused:
 			keep = append(keep, p)
 			continue
-		case ok && m.cfg.EncodeMeta != nil && m.cfg.PauseOnShutdown && e.State == StateIdle:
+		case ok && m.cfg.EncodeMeta != nil && m.cfg.PauseOnShutdown && e.State == StateIdle && m.checkpointRoom(e.Owner, 0, "") == nil:
 			if rec := m.recordOf(e); rec != nil {
 				pausing = append(pausing, pauseJob{e: e, p: p, record: rec})
 				continue
@@ -841,7 +859,7 @@ func (m *Manager) ReapNow() {
 			m.markEnded(e, EndExpired)
 			closing = append(closing, e.h)
 		case e.State == StateIdle && now.Sub(e.LastUsed) >= e.IdleTimeout:
-			if p, ok := e.h.(Pauser); ok && m.cfg.PauseOnIdle {
+			if p, ok := e.h.(Pauser); ok && m.cfg.PauseOnIdle && m.checkpointRoom(e.Owner, 0, "") == nil {
 				e.State = StateRunning // no call begins while it pauses
 				pausing = append(pausing, pauseJob{e: e, p: p, record: m.recordOf(e)})
 				continue
@@ -850,7 +868,11 @@ func (m *Manager) ReapNow() {
 			closing = append(closing, e.h)
 		}
 	}
+	expired := m.reapSnapshots(now)
 	m.mu.Unlock()
+	for _, h := range expired {
+		h.Remove()
+	}
 	if len(pausing) > 0 {
 		// In the background: the reaper never waits on a jail. A session
 		// that cannot pause ends as an idle one always did.

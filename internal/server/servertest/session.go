@@ -10,6 +10,7 @@ import (
 	"github.com/jaild/jaild/internal/run"
 	"github.com/jaild/jaild/internal/run/spec"
 	"github.com/jaild/jaild/internal/server"
+	"github.com/jaild/jaild/internal/sessions"
 )
 
 // Session is a fake session: each call "prints" its code and ends ok,
@@ -62,6 +63,54 @@ func (e *Engine) ForkSession(h server.Session, n int) ([]server.Session, error) 
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// fakeSnapshot is a snapshot of a fake session: its spec and count of
+// calls.
+type fakeSnapshot struct {
+	spec    run.SessionSpec
+	calls   int
+	created time.Time
+	removed bool
+}
+
+func (f *fakeSnapshot) Bytes() int64       { return 4096 }
+func (f *fakeSnapshot) Created() time.Time { return f.created }
+func (f *fakeSnapshot) Image() string      { return f.spec.Image }
+func (f *fakeSnapshot) Remove()            { f.removed = true }
+
+// SnapshotSession "snapshots" a fake session (the real ones are tested
+// with real jails in internal/run and tests/).
+func (e *Engine) SnapshotSession(h server.Session, _ []byte) (sessions.SnapshotHandle, error) {
+	p, ok := h.(*Session)
+	if !ok {
+		return nil, fmt.Errorf("snapshot: a session of type %T", h)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &fakeSnapshot{spec: p.Spec, calls: p.calls, created: time.Now()}, nil
+}
+
+// RollbackSession "rolls back" a fake session: its count of calls.
+func (e *Engine) RollbackSession(h server.Session, sn sessions.SnapshotHandle) (time.Duration, int, error) {
+	p, ok := h.(*Session)
+	f, ok2 := sn.(*fakeSnapshot)
+	if !ok || !ok2 {
+		return 0, 0, fmt.Errorf("rollback: a session of type %T, a snapshot of type %T", h, sn)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = f.calls
+	return time.Millisecond, f.calls, nil
+}
+
+// SessionFromSnapshot makes a fake session of a snapshot's spec.
+func (e *Engine) SessionFromSnapshot(sn sessions.SnapshotHandle) (server.Session, error) {
+	f, ok := sn.(*fakeSnapshot)
+	if !ok {
+		return nil, fmt.Errorf("from snapshot: a snapshot of type %T", sn)
+	}
+	return e.NewSession(f.spec)
 }
 
 // FailSessions makes every session made after fail with err (as a jail
