@@ -283,3 +283,111 @@ func TestSessionFork(t *testing.T) {
 		deleteSession(t, d, id)
 	}
 }
+
+// Snapshots (issue 28): one taken of a live session leaves it running;
+// the session rolls back to it (its state and count of calls as they
+// were), a new session starts from it, another uid can neither see,
+// restore, start from nor delete it; it survives a restart of the daemon;
+// and the checkpoint quota refuses one past the caller's bound (413),
+// leaving nothing on disk.
+func TestSessionSnapshots(t *testing.T) {
+	cfg := strings.NewReplacer("max_per_uid = 2\n", "max_per_uid = 4\n", "on_shutdown = \"end\"\n", "").Replace(sessionConfig)
+	d := startDaemon(t, daemontest.Options{Config: "socket_mode = \"0666\"\n", Tune: func(c string) string {
+		return setKeys(c, map[string]string{"daily_quota": "1000"}) + cfg
+	}})
+	s := newSession(t, d, api.SessionCreateRequest{})
+	sp := "/v1/sessions/" + s.SessionID
+	mustExec(t, d, s.SessionID, "state = ['v1']\nopen('w.txt', 'w').write('v1')")
+	var snap api.Snapshot
+	if code, _ := d.call(t, http.MethodPost, sp+"/snapshots", nil, &snap); code != http.StatusCreated || snap.SnapshotID == "" || snap.Bytes <= 0 || snap.SessionID != s.SessionID {
+		t.Fatalf("snapshot: %d %+v", code, snap)
+	}
+	mustExec(t, d, s.SessionID, "state.append('v2')\nopen('w.txt', 'w').write('v2')")
+
+	// Another uid: nothing of it.
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/snapshots/" + snap.SnapshotID, ""},
+		{http.MethodDelete, "/v1/snapshots/" + snap.SnapshotID, ""},
+		{http.MethodPost, "/v1/sessions", `{"from_snapshot": "` + snap.SnapshotID + `"}`},
+	} {
+		if code, _, body := curlAs(t, d.Socket, c.method, c.path, c.body); code != http.StatusNotFound {
+			t.Errorf("uid 65534's %s %s: %d %s", c.method, c.path, code, body)
+		}
+	}
+	if code, _, body := curlAs(t, d.Socket, http.MethodGet, "/v1/snapshots", ""); code != http.StatusOK || strings.Contains(string(body), snap.SnapshotID) {
+		t.Errorf("uid 65534's list: %d %s", code, body)
+	}
+
+	var rr api.SessionPauseResponse
+	if code, _ := d.call(t, http.MethodPost, sp+"/restore", api.SessionRestoreRequest{SnapshotID: snap.SnapshotID}, &rr); code != http.StatusOK || rr.Session.ExecutionCount != 1 {
+		t.Fatalf("restore: %d %+v", code, rr)
+	}
+	t.Logf("rolled back in %.1f ms", rr.TookMs)
+	if r := mustExec(t, d, s.SessionID, "print(state, open('w.txt').read())"); r.Stdout != "['v1'] v1\n" || r.ExecutionCount != 2 {
+		t.Errorf("after the rollback: %q count %d", r.Stdout, r.ExecutionCount)
+	}
+	var e api.ErrorBody
+	if code, _ := d.call(t, http.MethodPost, sp+"/restore", api.SessionRestoreRequest{SnapshotID: "snap-000000000000000000000000"}, &e); code != http.StatusNotFound || e.Error.Field != "snapshot_id" {
+		t.Errorf("restore of an unknown snapshot: %d %+v", code, e)
+	}
+	var from api.Session
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions", api.SessionCreateRequest{FromSnapshot: snap.SnapshotID}, &from); code != http.StatusCreated {
+		t.Fatalf("from_snapshot: %d", code)
+	}
+	if r := mustExec(t, d, from.SessionID, "print(state, open('w.txt').read())"); r.Stdout != "['v1'] v1\n" {
+		t.Errorf("a session from the snapshot: %q %q", r.Stdout, r.Stderr)
+	}
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions", api.SessionCreateRequest{FromSnapshot: snap.SnapshotID, Env: map[string]string{"A": "b"}}, &e); code != http.StatusBadRequest || e.Error.Field != "env" {
+		t.Errorf("from_snapshot with env: %d %+v", code, e)
+	}
+
+	// A restart keeps it.
+	if err := d.StopProcess(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var list api.SnapshotList
+	if code, _ := d.call(t, http.MethodGet, "/v1/snapshots", nil, &list); code != http.StatusOK || len(list.Snapshots) != 1 || list.Snapshots[0].SnapshotID != snap.SnapshotID {
+		t.Fatalf("snapshots after a restart: %d %+v", code, list)
+	}
+	if code, _ := d.call(t, http.MethodPost, sp+"/restore", api.SessionRestoreRequest{SnapshotID: snap.SnapshotID}, &rr); code != http.StatusOK {
+		t.Errorf("restore after a restart: %d %+v", code, rr)
+	}
+	if code, _ := d.call(t, http.MethodDelete, "/v1/snapshots/"+snap.SnapshotID, nil, nil); code != http.StatusOK {
+		t.Errorf("delete: %d", code)
+	}
+	deleteSession(t, d, s.SessionID)
+	deleteSession(t, d, from.SessionID)
+	waitFor(t, 10*time.Second, "the checkpoints removed", func() bool {
+		left, _ := filepath.Glob(filepath.Join(d.Dir, "checkpoints", "[sn]-*"))
+		return len(left) == 0
+	})
+
+	// The quota: 1 MiB per uid, less than any checkpoint.
+	if err := d.StopProcess(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.EditConfig(func(c string) string {
+		return strings.Replace(c, "\n[sessions]\n", "\n[sessions]\nmax_checkpoint_mb_per_uid = 1\n", 1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	q := newSession(t, d, api.SessionCreateRequest{})
+	mustExec(t, d, q.SessionID, "x = 1")
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+q.SessionID+"/snapshots", nil, &e); code != http.StatusRequestEntityTooLarge || !strings.Contains(e.Error.Message, "max_checkpoint_mb_per_uid") {
+		t.Errorf("a snapshot past the quota: %d %+v", code, e)
+	}
+	waitFor(t, 10*time.Second, "the refused snapshot removed", func() bool {
+		left, _ := filepath.Glob(filepath.Join(d.Dir, "checkpoints", "n-*"))
+		return len(left) == 0
+	})
+	if r := mustExec(t, d, q.SessionID, "x + 1"); r.Result == nil || *r.Result != "2" {
+		t.Errorf("the session after its refused snapshot: %+v", r)
+	}
+	deleteSession(t, d, q.SessionID)
+}
