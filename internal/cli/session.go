@@ -70,6 +70,10 @@ func init() {
 		{"pause", "[flags] ID", "pause a session to disk: its jail goes, its state stays; its next call restores it", "", runSessionPause},
 		{"resume", "[flags] ID", "restore a paused session now (a call does too)", "", runSessionResume},
 		{"fork", "[flags] ID", "copy a session into new ones, each in a jail of its own; print their IDs (for S in $(jailctl session fork -n 3 ID))", "", runSessionFork},
+		{"snapshot", "[flags] ID", "take a snapshot of a session (it runs on) and print its ID", "", runSessionSnapshot},
+		{"snapshots", "[flags] [ID]", "list your snapshots (of session ID only, when given)", "", runSessionSnapshots},
+		{"restore", "[flags] ID SNAPSHOT", "roll a session back to a snapshot of it", "", runSessionRestore},
+		{"snapshot-rm", "[flags] SNAPSHOT...", "delete snapshots", "", runSnapshotRemove},
 		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
 	}
 }
@@ -142,6 +146,7 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 	var sf runFlags
 	sf.register(fs, forSession)
 	jsonOut := fs.Bool("json", false, "print the daemon's response JSON (the whole session) instead of the ID")
+	fromSnapshot := fs.String("from-snapshot", "", "start the session from `SNAPSHOT` (its state, image and limits; only --idle-timeout and --ttl may be given with it)")
 	daemon := targetFlags(fs)
 	if _, rc, ok := e.parseSub(fs, sc, args, 0, 0); !ok {
 		return rc
@@ -155,6 +160,7 @@ func runSessionNew(e *env, sc *subcommand, args []string) int {
 		return e.daemonError(err)
 	}
 	defer cleanup()
+	req.FromSnapshot = *fromSnapshot
 	raw, err := c.Do(e.ctx, http.MethodPost, "/v1/sessions", req)
 	if err != nil {
 		return e.daemonError(err)
@@ -691,6 +697,71 @@ func runSessionFork(e *env, sc *subcommand, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+func runSessionSnapshot(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session snapshot", jsonUsage, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	var sn api.Snapshot
+	if rc, ok := e.fetch(a.c, http.MethodPost, sessionPath(a.pos[0])+"/snapshots", struct{}{}, &sn, a.json); !ok {
+		return rc
+	}
+	if !a.json {
+		fmt.Fprintln(e.stdout, sn.SnapshotID)
+	}
+	return exitOK
+}
+
+func runSessionSnapshots(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session snapshots", jsonUsage, sc, args, 0, 1)
+	if !ok {
+		return rc
+	}
+	path := "/v1/snapshots"
+	if len(a.pos) == 1 {
+		path = sessionPath(a.pos[0]) + "/snapshots"
+	}
+	var list api.SnapshotList
+	if rc, ok := e.fetch(a.c, http.MethodGet, path, nil, &list, a.json); !ok || a.json {
+		return rc
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSESSION\tIMAGE\tSIZE\tTAKEN\tEXPIRES")
+	for _, sn := range list.Snapshots {
+		exp := "-"
+		if sn.ExpiresAt != nil {
+			exp = "in " + shortDuration(sn.ExpiresAt.Sub(now).Round(time.Minute))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s\n", quoteName(sn.SnapshotID), quoteName(sn.SessionID), orDash(sn.Image), humanSize(sn.Bytes),
+			shortDuration(now.Sub(sn.CreatedAt).Round(time.Second)), exp)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runSessionRestore(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session restore", jsonUsage, sc, args, 2, 2)
+	if !ok {
+		return rc
+	}
+	var resp api.SessionPauseResponse
+	if rc, ok := e.fetch(a.c, http.MethodPost, sessionPath(a.pos[0])+"/restore", api.SessionRestoreRequest{SnapshotID: a.pos[1]}, &resp, a.json); !ok {
+		return rc
+	}
+	if !a.json {
+		fmt.Fprintf(e.stdout, "session %s rolled back to %s (restore took %.0f ms)\n", resp.Session.SessionID, a.pos[1], resp.TookMs)
+	}
+	return exitOK
+}
+
+func runSnapshotRemove(e *env, sc *subcommand, args []string) int {
+	return runRemove(e, sc, args, "session snapshot-rm", func(c *client.Client, id string) error {
+		_, err := c.Do(e.ctx, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(id), nil)
+		return err
+	})
 }
 
 func runSessionRemove(e *env, sc *subcommand, args []string) int {

@@ -697,3 +697,36 @@ func TestSessionFork(t *testing.T) {
 		t.Errorf("fork of an unknown session: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// session snapshot prints the snapshot's ID; snapshots lists it; restore
+// rolls the session back to it; new --from-snapshot starts a session of
+// it; snapshot-rm deletes it.
+func TestSessionSnapshots(t *testing.T) {
+	h := newDaemon(t)
+	id := newSession(t, h)
+	r := jailctl(t, h.Socket, "", "session", "snapshot", id)
+	snap := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(snap, "snap-") {
+		t.Fatalf("snapshot: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"session", "snapshots"}, {"session", "snapshots", id}} {
+		if r := jailctl(t, h.Socket, "", args...); r.code != 0 || !strings.Contains(r.stdout, snap) || !strings.Contains(r.stdout, "4.0 KiB") {
+			t.Errorf("%v: %d %q %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := jailctl(t, h.Socket, "", "session", "restore", id, snap); r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+" rolled back to "+snap) {
+		t.Errorf("restore: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "new", "--from-snapshot", snap); r.code != 0 || !strings.HasPrefix(r.stdout, "s-") {
+		t.Errorf("new --from-snapshot: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "new", "--from-snapshot", snap, "--image", "test"); r.code == 0 || !strings.Contains(r.stderr, "from_snapshot") {
+		t.Errorf("new --from-snapshot --image: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "snapshot-rm", snap); r.code != 0 {
+		t.Errorf("snapshot-rm: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := jailctl(t, h.Socket, "", "session", "snapshots"); r.code != 0 || strings.Contains(r.stdout, snap) {
+		t.Errorf("snapshots after snapshot-rm: %d %q", r.code, r.stdout)
+	}
+}
