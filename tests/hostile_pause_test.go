@@ -3,8 +3,9 @@ package tests
 // Paused sessions (issue 28): a checkpoint is the session's memory, on the
 // daemon's disk. The cases: a checkpoint changed on disk, a session
 // holding what CRIU cannot dump, another uid after a paused session and
-// its checkpoint, and a session looking for traces of its pause after the
-// restore. Their sessions ask for no network (a session with egress cannot
+// its checkpoint, a session looking for traces of its pause after the
+// restore, fork children after each other, and another uid after a
+// snapshot. Their sessions ask for no network (a session with egress cannot
 // pause), in the networked suite too.
 
 import (
@@ -35,7 +36,91 @@ func pauseCases() []hcase {
 		{id: "S53", cat: catSession, title: "a restored session looks for traces of its pause: its mounts, cgroup, fds, environment and uid map before and after",
 			expect: "the same view as before the pause but for the jail's new host ids (uid_map): no host path, no checkpoint, no fd beyond its own; init (executed afresh after the restore) is still non-dumpable: /proc/1/fd refused",
 			run:    runPauseTraces},
+		{id: "S54", cat: catSession, title: "two fork children of a session go after each other and the parent: kill(-1, SIGKILL) in one, a look for the others' files and processes, random draws compared",
+			expect: "the kill reaches only the child's own processes: the other child and the parent answer with their state; no child sees another's /tmp or processes; no two of them draw the same random numbers",
+			run:    runForkIsolation},
+		{id: "S55", cat: catSession, title: "uid 65534 after root's session and its snapshot: fork of the session, GET and DELETE of the snapshot, a session from it, its own session rolled back to it",
+			expect: "every request is 404 as for an id that never existed (the rollback's naming snapshot_id); the snapshot stays, and root's session rolls back to it",
+			run:    runSnapshotOtherUID},
 	}
+}
+
+func runForkIsolation(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	parent := pauseSession(t, ss, "import os, random, signal\nstate = 'parent'\nopen('/tmp/mine', 'w').write('parent')")
+	status, raw := ss.request(false, "POST", "/v1/sessions/"+parent.id+"/fork", map[string]any{"count": 2})
+	var fr api.SessionForkResponse
+	if status != http.StatusOK || strictJSON(raw, &fr) != nil || len(fr.Sessions) != 2 {
+		t.Fatalf("fork: HTTP %d: %s", status, raw)
+	}
+	a, b := &sess{id: fr.Sessions[0].SessionID}, &sess{id: fr.Sessions[1].SessionID}
+	ss.all = append(ss.all, a, b)
+	wantCall(t, ss.exec(a, code("state = 'a'\nopen('/tmp/mine', 'w').write('a')\nopen('/tmp/a-only', 'w').write('a')")), "ok")
+	r := ss.exec(a, code("try:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError as e:\n    print(e)"))
+	if r.Status == "ok" && r.Session.StateLost {
+		t.Logf("the killing child lost its own interpreter, as it may")
+	}
+	look := code("print(state, open('/tmp/mine').read(), os.path.exists('/tmp/a-only'), random.random())")
+	rb, rp := ss.exec(b, look), ss.exec(parent, look)
+	wantCall(t, rb, "ok")
+	wantCall(t, rp, "ok")
+	if !strings.HasPrefix(rb.Stdout, "parent parent False ") || !strings.HasPrefix(rp.Stdout, "parent parent False ") {
+		t.Errorf("after child a's kill(-1): child b %q, parent %q", rb.Stdout, rp.Stdout)
+	}
+	drawB, drawP := strings.Fields(rb.Stdout), strings.Fields(rp.Stdout)
+	if len(drawB) == 0 || len(drawP) == 0 || drawB[len(drawB)-1] == drawP[len(drawP)-1] {
+		t.Errorf("child b and the parent drew the same: %q %q", rb.Stdout, rp.Stdout)
+	}
+	pb := ss.exec(b, code("print(len([p for p in os.listdir('/proc') if p.isdigit()]))"))
+	pp := ss.exec(parent, code("print(len([p for p in os.listdir('/proc') if p.isdigit()]))"))
+	if pb.Stdout != pp.Stdout {
+		t.Errorf("processes seen: child b %q, the parent %q", pb.Stdout, pp.Stdout)
+	}
+	return "child a's kill(-1) reached only its own processes; child b and the parent answered with their state, saw neither a's /tmp nor its processes, and drew different numbers"
+}
+
+func runSnapshotOtherUID(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := pauseSession(t, ss, "token = 'root-only'")
+	status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/snapshots", nil)
+	var sn api.Snapshot
+	if status != http.StatusCreated || strictJSON(raw, &sn) != nil {
+		t.Fatalf("snapshot: HTTP %d: %s", status, raw)
+	}
+	defer ss.request(false, "DELETE", "/v1/snapshots/"+sn.SnapshotID, nil) //nolint:errcheck // the case's cleanup
+	mine, st, raw := ss.openNobody(api.SessionCreateRequest{})
+	if mine == nil {
+		t.Fatalf("uid 65534's own session: HTTP %d: %s", st, raw)
+	}
+	for _, r := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/sessions/" + s.id + "/fork", map[string]any{"count": 1}},
+		{"POST", "/v1/sessions/" + s.id + "/snapshots", nil},
+		{"GET", "/v1/snapshots/" + sn.SnapshotID, nil},
+		{"DELETE", "/v1/snapshots/" + sn.SnapshotID, nil},
+		{"POST", "/v1/sessions", map[string]any{"from_snapshot": sn.SnapshotID}},
+		{"POST", "/v1/sessions/" + mine.id + "/restore", map[string]any{"snapshot_id": sn.SnapshotID}},
+	} {
+		if status, raw := ss.request(true, r.method, r.path, r.body); status != http.StatusNotFound {
+			t.Errorf("uid 65534 %s %s: HTTP %d %s", r.method, r.path, status, raw)
+		}
+	}
+	if status, raw := ss.request(true, "GET", "/v1/snapshots", nil); status != http.StatusOK || strings.Contains(string(raw), sn.SnapshotID) {
+		t.Errorf("uid 65534's list of snapshots: HTTP %d %s", status, raw)
+	}
+	wantCall(t, ss.exec(s, code("token = 'changed'")), "ok")
+	if status, raw := ss.request(false, "POST", "/v1/sessions/"+s.id+"/restore", map[string]any{"snapshot_id": sn.SnapshotID}); status != http.StatusOK {
+		t.Fatalf("root's rollback: HTTP %d %s", status, raw)
+	}
+	s.jail = ""
+	if r := ss.exec(s, code("token")); r.Result == nil || *r.Result != "'root-only'" {
+		t.Errorf("after root's rollback: %+v", r)
+	}
+	return "every request of uid 65534 404; the snapshot stayed, and root's session rolled back to it"
 }
 
 // pauseSession opens a session without network (whatever the suite

@@ -36,6 +36,10 @@ type Pause struct {
 	Fork           Stat `json:"fork_into_4"`
 	ChildFirstCall Stat `json:"child_first_call"`
 	ParentNextCall Stat `json:"parent_next_call"`
+	// Snapshot and Rollback: a snapshot of that session taken, and the
+	// session rolled back to it (POST .../restore), timed by the client.
+	Snapshot Stat `json:"snapshot"`
+	Rollback Stat `json:"rollback"`
 	// Restart: sessions with state (half of them paused, half idle) across
 	// a stop (SIGTERM) and a start of the daemon; how many answered their
 	// next call with their state, and the stop's and the start's time.
@@ -106,7 +110,7 @@ func (b *bench) pause() error {
 func (b *bench) fork(rounds int) error {
 	fmt.Fprintln(b.log, "forks: a 200 MB DataFrame session into 4")
 	d := b.warm
-	var forks, firsts, parents []float64
+	var forks, firsts, parents, snaps, rollbacks []float64
 	for range rounds {
 		id, err := d.createSessionWith(`{"limits": {"memory_mb": 1024}}`)
 		if err != nil {
@@ -136,12 +140,62 @@ func (b *bench) fork(rounds int) error {
 			firsts = append(firsts, ms(time.Since(start)))
 			d.deleteSession(k)
 		}
+		start = time.Now()
+		snap, err := d.postJSON("/v1/sessions/"+id+"/snapshots", "", http.StatusCreated, "snapshot_id")
+		if err != nil {
+			return err
+		}
+		snaps = append(snaps, ms(time.Since(start)))
+		if err := d.sessionCall(id, "df['x'] = 1"); err != nil {
+			return err
+		}
+		start = time.Now()
+		if _, err := d.postJSON("/v1/sessions/"+id+"/restore", `{"snapshot_id": "`+snap+`"}`, http.StatusOK, ""); err != nil {
+			return err
+		}
+		rollbacks = append(rollbacks, ms(time.Since(start)))
+		if err := d.sessionCall(id, "assert 'x' not in df"); err != nil {
+			return fmt.Errorf("after the rollback: %w", err)
+		}
+		d.del("/v1/snapshots/" + snap)
 		d.deleteSession(id)
 		d.waitReady(b.ctx)
 	}
 	b.rep.Pause.ForkRounds = rounds
 	b.rep.Pause.Fork, b.rep.Pause.ChildFirstCall, b.rep.Pause.ParentNextCall = stats(forks), stats(firsts), stats(parents)
+	b.rep.Pause.Snapshot, b.rep.Pause.Rollback = stats(snaps), stats(rollbacks)
 	return nil
+}
+
+// postJSON sends body (JSON; "" for none) to path and wants status; it
+// returns the string field of the answer named field ("" for none).
+func (d *daemon) postJSON(path, body string, status int, field string) (string, error) {
+	resp, err := d.Client.Post("http://jaild"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if resp.StatusCode != status || json.Unmarshal(b, &m) != nil {
+		return "", fmt.Errorf("POST %s: HTTP %d: %.300s", path, resp.StatusCode, b)
+	}
+	if field == "" {
+		return "", nil
+	}
+	v, _ := m[field].(string)
+	if v == "" {
+		return "", fmt.Errorf("POST %s: no %s: %.300s", path, field, b)
+	}
+	return v, nil
+}
+
+// del sends a DELETE to path.
+func (d *daemon) del(path string) {
+	req, _ := http.NewRequest(http.MethodDelete, "http://jaild"+path, nil)
+	if resp, err := d.Client.Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
 
 // restart stops (SIGTERM) and starts the warm daemon with 4 sessions,
@@ -273,8 +327,8 @@ func (p Pause) table(b *strings.Builder) {
 	fmt.Fprintf(b, "\nPaused sessions (a 200 MB pandas DataFrame in the interpreter; ms, p50 / p95 / p99; %d rounds): pause %s; its next call, `df.shape`, %s, of which the restore %s; checkpoint %.0f MB on disk; the daemon's RSS while it is paused %+.1f MiB (the jail's memory is gone).\n",
 		p.Rounds, stat(p.Pause), stat(p.NextCall), stat(p.Restore), float64(p.CheckpointBytes)/1e6, float64(p.RSSDeltaBytes)/(1<<20))
 	if p.ForkRounds > 0 {
-		fmt.Fprintf(b, "\nFork of that session into 4 (%d rounds; ms, p50 / p95 / p99): the fork, every child restored and reseeded, %s; a child's first call, `df.shape`, %s; the parent's next call %s.\n",
-			p.ForkRounds, stat(p.Fork), stat(p.ChildFirstCall), stat(p.ParentNextCall))
+		fmt.Fprintf(b, "\nFork of that session into 4 (%d rounds; ms, p50 / p95 / p99): the fork, every child restored and reseeded, %s; a child's first call, `df.shape`, %s; the parent's next call %s. A snapshot of it %s; its rollback to the snapshot %s.\n",
+			p.ForkRounds, stat(p.Fork), stat(p.ChildFirstCall), stat(p.ParentNextCall), stat(p.Snapshot), stat(p.Rollback))
 	}
 	if p.RestartSessions > 0 {
 		fmt.Fprintf(b, "\nAcross a restart (SIGTERM, then a start; %d sessions, half paused, half idle): %d answered their next call with their state; the stop took %.0f ms (the idle ones paused), the start %.0f ms.\n",
