@@ -11,6 +11,11 @@ import (
 // bare python3 where one exists.
 func (r *Report) Table() string {
 	var b strings.Builder
+	if len(r.Latency) == 0 { // paused sessions only (-pause)
+		fmt.Fprintf(&b, "Measured %s on %s.\n", r.When, r.Host)
+		r.Pause.table(&b)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "Measured %s on %s, %d sequential runs per latency figure (ms, p50 / p95 / p99; ×: ratio to bare python3's p50).\n\n", r.When, r.Host, r.Iterations)
 	b.WriteString("| workload | bare python3 (chroot) | jaild cold | jaild warm |\n| --- | --- | --- | --- |\n")
 	for _, row := range r.Latency {
@@ -24,8 +29,7 @@ func (r *Report) Table() string {
 		fmt.Fprintf(&b, "| %s | %s | %s%s | %s%s |\n", row.Workload, bare, stat(row.Cold), ratio(row.Cold), stat(row.Warm), ratio(row.Warm))
 	}
 	r.cpuTable(&b)
-	if len(r.Throughput) == 0 { // a quick run, or paused sessions only
-		r.Pause.table(&b)
+	if len(r.Throughput) == 0 { // a quick run
 		return b.String()
 	}
 	b.WriteString("\nThroughput of `print(1)` (runs/s; ×: ratio to bare python3 at the same concurrency):\n\n")
