@@ -194,6 +194,47 @@ func TestMCPSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("snapshot, restore and open from a snapshot", func(t *testing.T) {
+		m.runIn(ctx, id, "z = 1\nopen('snap.txt', 'w').write('before')", nil)
+		var sn struct {
+			SnapshotID string `json:"snapshot_id"`
+			SessionID  string `json:"session_id"`
+			Bytes      int64  `json:"bytes"`
+		}
+		res := m.call(ctx, "snapshot_session", map[string]any{"session_id": id}, &sn)
+		if res.IsError || !strings.HasPrefix(sn.SnapshotID, "snap-") || sn.SessionID != id || sn.Bytes <= 0 {
+			t.Fatalf("snapshot_session: isError %v, %+v, %q", res.IsError, sn, text(res))
+		}
+		m.runIn(ctx, id, "z = 2\nopen('snap.txt', 'w').write('after')", nil)
+		var back sessionOutput
+		res = m.call(ctx, "restore_session", map[string]any{"session_id": id, "snapshot_id": sn.SnapshotID}, &back)
+		if res.IsError || back.SessionID != id {
+			t.Fatalf("restore_session: isError %v, %+v, %q", res.IsError, back, text(res))
+		}
+		if res, out := m.runIn(ctx, id, "print(open('snap.txt').read())\nz", nil); res.IsError || !strings.HasPrefix(out.Stdout, "before\n") || out.Result == nil || *out.Result != "1" {
+			t.Errorf("after restore_session: %q, want z 1 and the file as it was", text(res))
+		}
+		var opened sessionOutput
+		res = m.call(ctx, "open_session", map[string]any{"from_snapshot": sn.SnapshotID}, &opened)
+		if res.IsError || opened.SessionID == "" || opened.SessionID == id {
+			t.Fatalf("open_session from_snapshot: isError %v, %+v, %q", res.IsError, opened, text(res))
+		}
+		if res, out := m.runIn(ctx, opened.SessionID, "z", nil); res.IsError || out.Result == nil || *out.Result != "1" {
+			t.Errorf("run_python in the session from the snapshot: %q", text(res))
+		}
+		if res := m.call(ctx, "close_session", map[string]any{"session_id": opened.SessionID}, nil); res.IsError {
+			t.Errorf("close_session: %q", text(res))
+		}
+		// Another connection reaches neither the snapshot nor the session.
+		other, _ := startMCPStdio(ctx, t, d)
+		if res := other.call(ctx, "open_session", map[string]any{"from_snapshot": sn.SnapshotID}, nil); !res.IsError || !strings.Contains(text(res), "no snapshot") {
+			t.Errorf("open_session from another connection's snapshot: isError %v, %q", res.IsError, text(res))
+		}
+		if res := other.call(ctx, "restore_session", map[string]any{"session_id": id, "snapshot_id": sn.SnapshotID}, nil); !res.IsError || !strings.Contains(text(res), "no session") {
+			t.Errorf("restore_session from another connection: isError %v, %q", res.IsError, text(res))
+		}
+	})
+
 	t.Run("list", func(t *testing.T) {
 		var out struct {
 			Sessions []sessionOutput `json:"sessions"`
@@ -245,6 +286,10 @@ func TestMCPSessions(t *testing.T) {
 	}
 	if live := liveSessions(t, d); len(live) != 0 {
 		t.Errorf("jailctl mcp exited and left sessions %v", live)
+	}
+	var snaps api.SnapshotList
+	if code, _ := d.call(t, http.MethodGet, "/v1/snapshots", nil, &snaps); code != http.StatusOK || len(snaps.Snapshots) != 0 {
+		t.Errorf("GET /v1/snapshots after jailctl mcp exited: %d, %+v: want its snapshots deleted", code, snaps.Snapshots)
 	}
 
 	// And at SIGTERM.

@@ -52,3 +52,20 @@ func (c *Client) PauseSession(ctx context.Context, id string) (*api.SessionPause
 func (c *Client) ForkSession(ctx context.Context, id string, count int) (*api.SessionForkResponse, error) {
 	return callAs[api.SessionForkResponse](ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fork", api.SessionForkRequest{Count: count})
 }
+
+// SnapshotSession takes a snapshot of a session, which goes on (POST
+// /v1/sessions/{id}/snapshots).
+func (c *Client) SnapshotSession(ctx context.Context, id string) (*api.Snapshot, error) {
+	return callChecked(ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/snapshots", struct{}{}, "snapshot_id", func(r *api.Snapshot) bool { return r.SnapshotID != "" })
+}
+
+// RestoreSession rolls a session back to one of its snapshots (POST
+// /v1/sessions/{id}/restore).
+func (c *Client) RestoreSession(ctx context.Context, id, snapshotID string) (*api.SessionPauseResponse, error) {
+	return callAs[api.SessionPauseResponse](ctx, c, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/restore", api.SessionRestoreRequest{SnapshotID: snapshotID})
+}
+
+// DeleteSnapshot deletes a snapshot (DELETE /v1/snapshots/{id}).
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) (*api.Snapshot, error) {
+	return callAs[api.Snapshot](ctx, c, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(id), nil)
+}

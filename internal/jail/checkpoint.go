@@ -250,11 +250,9 @@ func (j *Jail) checkpoint(dir string, extra []*os.File, record []byte, leaveRunn
 	if err := os.Chmod(tmp, 0o711); err != nil { // umask-proof; see Restore
 		return CheckpointInfo{}, err
 	}
-	n, err := saveTree(j.runDir, filepath.Join(tmp, workspaceName), j.idBase, j.Limits().WorkspaceBytes)
-	if err != nil {
+	if _, err := saveTree(j.runDir, filepath.Join(tmp, workspaceName), j.idBase, j.Limits().WorkspaceBytes); err != nil {
 		return CheckpointInfo{}, err
 	}
-	_ = n
 	images := filepath.Join(tmp, imagesName)
 	if err := os.Mkdir(images, 0o711); err != nil {
 		return CheckpointInfo{}, err
@@ -272,7 +270,7 @@ func (j *Jail) checkpoint(dir string, extra []*os.File, record []byte, leaveRunn
 	// would reset the host's hierarchy options (favordynmods, nsdelegate).
 	// libcontainer puts the restoring criu in the new jail's cgroups, with
 	// its limits.
-	err = e.withCRIU("", func() error {
+	err := e.withCRIU("", func() error {
 		return j.c.Checkpoint(&libcontainer.CriuOpts{
 			ImagesDirectory:   images,
 			WorkDirectory:     work,
@@ -290,41 +288,51 @@ func (j *Jail) checkpoint(dir string, extra []*os.File, record []byte, leaveRunn
 		return CheckpointInfo{}, fmt.Errorf("%w: %s", ErrCheckpointRefused, e.redact(criuReason(work, "dump.log"), dir))
 	}
 	_ = os.RemoveAll(work)
-	// CRIU writes its images with the daemon's umask (systemd's unit:
-	// 0077), and its restore reads some of them from within the new jail's
-	// user namespace (as the jail's host uid 0): they are made readable,
-	// and the checkpoint directory (0700, root's) is what keeps them the
-	// daemon's only.
-	if err := chmodFiles(images, 0o644); err != nil {
-		return CheckpointInfo{}, err
-	}
-	if info.Bytes, err = dirBytes(tmp); err != nil {
-		return CheckpointInfo{}, err
-	}
-	meta, err := json.Marshal(info)
-	if err != nil {
-		return CheckpointInfo{}, err
-	}
-	if err := writeFileSync(filepath.Join(tmp, metaName), meta, 0o600); err != nil {
-		return CheckpointInfo{}, err
-	}
-	if err := writeFileSync(filepath.Join(tmp, metaSigName), []byte(metaSig(e.cfg.CheckpointKey, meta)), 0o600); err != nil {
-		return CheckpointInfo{}, err
-	}
-	sum, err := digestDir(tmp, e.cfg.CheckpointKey, true)
-	if err != nil {
-		return CheckpointInfo{}, err
-	}
-	if err := writeFileSync(filepath.Join(tmp, digestName), []byte(sum), 0o600); err != nil {
-		return CheckpointInfo{}, err
-	}
-	if err := syncDir(tmp); err != nil {
+	if err := e.sealCheckpoint(tmp, images, &info); err != nil {
 		return CheckpointInfo{}, err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		return CheckpointInfo{}, err
 	}
 	return info, syncDir(filepath.Dir(dir))
+}
+
+// sealCheckpoint finishes a checkpoint's temporary directory tmp once
+// CRIU has written its images: the images made readable to the restore,
+// the size and record in meta.json, its signature, the digest of every
+// file, all fsynced, so that the rename that follows publishes a whole
+// checkpoint or none.
+func (e *Engine) sealCheckpoint(tmp, images string, info *CheckpointInfo) error {
+	var err error
+	// CRIU writes its images with the daemon's umask (systemd's unit:
+	// 0077), and its restore reads some of them from within the new jail's
+	// user namespace (as the jail's host uid 0): they are made readable,
+	// and the checkpoint directory (0700, root's) is what keeps them the
+	// daemon's only.
+	if err := chmodFiles(images, 0o644); err != nil {
+		return err
+	}
+	if info.Bytes, err = dirBytes(tmp); err != nil {
+		return err
+	}
+	meta, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, metaName), meta, 0o600); err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, metaSigName), []byte(metaSig(e.cfg.CheckpointKey, meta)), 0o600); err != nil {
+		return err
+	}
+	sum, err := digestDir(tmp, e.cfg.CheckpointKey, true)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(filepath.Join(tmp, digestName), []byte(sum), 0o600); err != nil {
+		return err
+	}
+	return syncDir(tmp)
 }
 
 // CheckpointKey returns the key kept in the file path (0600), made once
@@ -466,38 +474,18 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	}
 	defer os.RemoveAll(scratch)
 	defer os.RemoveAll(scratch + "-log")
-	// The extra files on fds 6.. of criu (0-2 are stdio, 3 its socket, 4
-	// and 5 the namespaces libcontainer may pass), opened by the wrapper
-	// from this process's fds.
-	var inherit, conf strings.Builder
-	inherit.WriteString("# a restore: fd 2 stays the new jail stderr\n") // the file's presence is what the wrapper tests
-	conf.WriteString(e.criu.conf)
-	for i, f := range p.ExtraFiles {
-		fd := 6 + i
-		rc, err := f.SyscallConn()
-		if err != nil {
-			return nil, err
-		}
-		redir, num := "<", uintptr(0)
-		if err := rc.Control(func(d uintptr) {
-			num = d
-			if fl, err := unix.FcntlInt(d, unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE == unix.O_WRONLY {
-				redir = ">"
-			}
-		}); err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(&inherit, "exec %d%s/proc/%d/fd/%d\n", fd, redir, os.Getpid(), num)
-		fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", fd, info.Pipes[i])
+	inherit, conf, err := e.restoreFiles(p.ExtraFiles, info.Pipes)
+	if err != nil {
+		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(conf.String()), 0o600); err != nil {
+	if err := writeFileSync(filepath.Join(j.runDir, criuConfName), []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
 	proc := &libcontainer.Process{Init: true, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr}
 	j.mu.Lock()
 	j.started = true
 	j.mu.Unlock()
-	err = e.withCRIU(inherit.String(), func() error {
+	err = e.withCRIU(inherit, func() error {
 		return j.c.Restore(proc, &libcontainer.CriuOpts{
 			ImagesDirectory:   scratch,
 			WorkDirectory:     scratch + "-log",
@@ -541,6 +529,36 @@ func (e *Engine) Restore(sp Spec, dir string, p Process) (_ *Jail, retErr error)
 	j.cgroups = state.CgroupPaths
 	j.mu.Unlock()
 	return j, nil
+}
+
+// restoreFiles returns, for a restore with the extra files extra in
+// place of the checkpoint's pipes, the wrapper's script that opens them
+// and the CRIU configuration that maps them. They go on fds 6.. of criu
+// (0-2 are stdio, 3 its socket, 4 and 5 the namespaces libcontainer may
+// pass), opened by the wrapper from this process's fds.
+func (e *Engine) restoreFiles(extra []*os.File, pipes []string) (inheritScript, criuConf string, _ error) {
+	var inherit, conf strings.Builder
+	inherit.WriteString("# a restore: fd 2 stays the new jail stderr\n") // the file's presence is what the wrapper tests
+	conf.WriteString(e.criu.conf)
+	for i, f := range extra {
+		fd := 6 + i
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return "", "", err
+		}
+		redir, num := "<", uintptr(0)
+		if err := rc.Control(func(d uintptr) {
+			num = d
+			if fl, err := unix.FcntlInt(d, unix.F_GETFL, 0); err == nil && fl&unix.O_ACCMODE == unix.O_WRONLY {
+				redir = ">"
+			}
+		}); err != nil {
+			return "", "", err
+		}
+		fmt.Fprintf(&inherit, "exec %d%s/proc/%d/fd/%d\n", fd, redir, os.Getpid(), num)
+		fmt.Fprintf(&conf, "inherit-fd fd[%d]:%s\n", fd, pipes[i])
+	}
+	return inherit.String(), conf.String(), nil
 }
 
 // criuConfFor is every jail's CRIU configuration (libcontainer passes it

@@ -1,6 +1,7 @@
 // Package mcp serves jaild to AI agents over the Model Context Protocol:
 // the tools run_python, lint_python and format_python, and open_session,
-// close_session, list_sessions, pause_session and fork_session for
+// close_session, list_sessions, pause_session, fork_session,
+// snapshot_session and restore_session for
 // stateful sessions, all forwarded to
 // the daemon's HTTP API through package client. It never runs code itself;
 // every run happens in the daemon's jails.

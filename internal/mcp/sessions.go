@@ -45,6 +45,7 @@ type OpenSessionInput struct {
 	TTLSeconds         int64       `json:"ttl_seconds,omitempty" jsonschema:"the session ends this many seconds after it opened, however busy (default: the daemon's)"`
 	Files              []FileInput `json:"files,omitempty" jsonschema:"files written into /workspace when the session opens"`
 	Image              string      `json:"image,omitempty" jsonschema:"the image the session runs in, all its calls"`
+	FromSnapshot       string      `json:"from_snapshot,omitempty" jsonschema:"start the session from a snapshot taken with snapshot_session: its state, image and limits are the snapshot's (only idle_timeout_seconds and ttl_seconds may be given with it)"`
 }
 
 // SessionInfo describes a session to the model.
@@ -147,92 +148,83 @@ func span(sec int64) string {
 }
 
 func (s *Server) addSessionTools() error {
-	openSchema, err := inputSchema[OpenSessionInput]()
+	openD, closeD, listD := s.sessionDescriptions()
+	err := addTool(s, &sdk.Tool{
+		Name:        OpenSessionTool,
+		Title:       "Open a Python session",
+		Description: openD,
+		Annotations: hints(false, false, false),
+	}, s.openSession, s.fitOpenSession)
 	if err != nil {
-		return fmt.Errorf("%s input schema: %w", OpenSessionTool, err)
+		return err
 	}
-	closeSchema, err := inputSchema[CloseSessionInput]()
+	err = addTool(s, &sdk.Tool{
+		Name:        CloseSessionTool,
+		Title:       "Close a Python session",
+		Description: closeD,
+		Annotations: hints(false, true, true),
+	}, s.closeSession, func(in *jsonschema.Schema) { nonEmpty(in, "session_id") })
 	if err != nil {
-		return fmt.Errorf("%s input schema: %w", CloseSessionTool, err)
+		return err
 	}
-	listSchema, err := inputSchema[ListSessionsInput]()
+	err = addTool(s, &sdk.Tool{
+		Name:        ListSessionsTool,
+		Title:       "List Python sessions",
+		Description: listD,
+		Annotations: hints(true, false, true),
+	}, s.listSessions, nil)
 	if err != nil {
-		return fmt.Errorf("%s input schema: %w", ListSessionsTool, err)
+		return err
 	}
+	err = addTool(s, &sdk.Tool{
+		Name:  PauseSessionTool,
+		Title: "Pause a Python session to disk",
+		Description: "Pause a session you will not use for a while: its whole state (variables, imports, open files, /workspace and /tmp) is written to the daemon's disk and its sandbox's memory is freed. " +
+			"The next run_python call with its session_id restores it as it was, transparently (a little slower than usual). Idle sessions are paused this way on their own where the host can.",
+		Annotations: hints(false, false, true),
+	}, s.pauseSession, func(in *jsonschema.Schema) { nonEmpty(in, "session_id") })
+	if err != nil {
+		return err
+	}
+	err = addTool(s, &sdk.Tool{
+		Name:  ForkSessionTool,
+		Title: "Copy a Python session",
+		Description: fmt.Sprintf("Copy a session into new ones (count, 1 to %d), to try alternatives side by side: each copy starts with the session's variables, imports and files, in a sandbox of its own; what one does is not seen by the others nor by the original, which goes on as it was. "+
+			"Random generators (random, numpy.random) are reseeded in each copy. Each copy counts as an open session (close them with %s).", api.MaxForks, CloseSessionTool),
+		Annotations: hints(false, false, false),
+	}, s.forkSession, func(in *jsonschema.Schema) {
+		nonEmpty(in, "session_id")
+		in.Properties["count"].Minimum = jsonschema.Ptr(1.0)
+		in.Properties["count"].Maximum = jsonschema.Ptr(float64(api.MaxForks))
+	})
+	if err != nil {
+		return err
+	}
+	return s.addSnapshotTools()
+}
+
+// fitOpenSession bounds open_session's arguments by what this caller may
+// ask for.
+func (s *Server) fitOpenSession(in *jsonschema.Schema) {
 	m := s.maxima()
-	timeout := openSchema.Properties["timeout_seconds"]
+	timeout := in.Properties["timeout_seconds"]
 	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
 	timeout.Maximum = jsonschema.Ptr(float64(m.TimeoutMs) / 1000)
-	memory := openSchema.Properties["memory_mb"]
+	memory := in.Properties["memory_mb"]
 	memory.Minimum = jsonschema.Ptr(1.0)
 	if m.MemoryMB > 0 {
 		memory.Maximum = jsonschema.Ptr(float64(m.MemoryMB))
 	}
 	ses := s.info.Sessions
 	for name, max := range map[string]int64{"idle_timeout_seconds": ses.MaxIdleTimeoutS, "ttl_seconds": ses.MaxTTLS} {
-		p := openSchema.Properties[name]
+		p := in.Properties[name]
 		p.Minimum = jsonschema.Ptr(1.0)
 		if max > 0 {
 			p.Maximum = jsonschema.Ptr(float64(max))
 		}
 	}
-	closeSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
-	s.filesSchema(openSchema.Properties["files"].Items)
-	s.imageArgument(openSchema, s.imageNames(false), "the image the session runs in, all its calls")
-
-	pauseSchema, err := inputSchema[PauseSessionInput]()
-	if err != nil {
-		return fmt.Errorf("%s input schema: %w", PauseSessionTool, err)
-	}
-	pauseSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
-	forkSchema, err := inputSchema[ForkSessionInput]()
-	if err != nil {
-		return fmt.Errorf("%s input schema: %w", ForkSessionTool, err)
-	}
-	forkSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
-	forkSchema.Properties["count"].Minimum = jsonschema.Ptr(1.0)
-	forkSchema.Properties["count"].Maximum = jsonschema.Ptr(float64(api.MaxForks))
-
-	openD, closeD, listD := s.sessionDescriptions()
-	no, yes := false, true
-	sdk.AddTool(s.mcp, &sdk.Tool{
-		Name:        OpenSessionTool,
-		Title:       "Open a Python session",
-		Description: openD,
-		InputSchema: openSchema,
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
-	}, s.openSession)
-	sdk.AddTool(s.mcp, &sdk.Tool{
-		Name:        CloseSessionTool,
-		Title:       "Close a Python session",
-		Description: closeD,
-		InputSchema: closeSchema,
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
-	}, s.closeSession)
-	sdk.AddTool(s.mcp, &sdk.Tool{
-		Name:        ListSessionsTool,
-		Title:       "List Python sessions",
-		Description: listD,
-		InputSchema: listSchema,
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
-	}, s.listSessions)
-	sdk.AddTool(s.mcp, &sdk.Tool{
-		Name:  PauseSessionTool,
-		Title: "Pause a Python session to disk",
-		Description: "Pause a session you will not use for a while: its whole state (variables, imports, open files, /workspace and /tmp) is written to the daemon's disk and its sandbox's memory is freed. " +
-			"The next run_python call with its session_id restores it as it was, transparently (a little slower than usual). Idle sessions are paused this way on their own where the host can.",
-		InputSchema: pauseSchema,
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no},
-	}, s.pauseSession)
-	sdk.AddTool(s.mcp, &sdk.Tool{
-		Name:  ForkSessionTool,
-		Title: "Copy a Python session",
-		Description: fmt.Sprintf("Copy a session into new ones (count, 1 to %d), to try alternatives side by side: each copy starts with the session's variables, imports and files, in a sandbox of its own; what one does is not seen by the others nor by the original, which goes on as it was. "+
-			"Random generators (random, numpy.random) are reseeded in each copy. Each copy counts as an open session (close them with %s).", api.MaxForks, CloseSessionTool),
-		InputSchema: forkSchema,
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
-	}, s.forkSession)
-	return nil
+	s.filesSchema(in.Properties["files"].Items)
+	s.imageArgument(in, s.imageNames(false), "the image the session runs in, all its calls")
 }
 
 func (s *Server) pauseSession(ctx context.Context, req *sdk.CallToolRequest, in PauseSessionInput) (*sdk.CallToolResult, *SessionInfo, error) {
@@ -279,7 +271,7 @@ func (s *Server) forkSession(ctx context.Context, req *sdk.CallToolRequest, in F
 
 // createRequest maps open_session's arguments to the daemon's request.
 func createRequest(in OpenSessionInput) (*api.SessionCreateRequest, error) {
-	req := &api.SessionCreateRequest{Files: filesIn(in.Files), Image: in.Image}
+	req := &api.SessionCreateRequest{Files: filesIn(in.Files), Image: in.Image, FromSnapshot: in.FromSnapshot}
 	var limits api.Limits
 	if in.TimeoutSeconds != 0 {
 		ms, err := timeoutMs(in.TimeoutSeconds)
@@ -314,6 +306,9 @@ func timeoutMs(sec float64) (int64, error) {
 }
 
 func (s *Server) openSession(ctx context.Context, req *sdk.CallToolRequest, in OpenSessionInput) (*sdk.CallToolResult, *SessionInfo, error) {
+	if err := s.fromSnapshot(req, in); err != nil {
+		return nil, nil, err
+	}
 	creq, err := createRequest(in)
 	if err != nil {
 		return nil, nil, err
@@ -656,9 +651,9 @@ func (s *Server) endSessions(ctx context.Context, ids []string) error {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			_, err := s.client.DeleteSession(ctx, id)
+			err := s.endOne(ctx, id)
 			if err != nil && !errors.Is(err, errdefs.ErrConflict) && !errors.Is(err, errdefs.ErrNotFound) {
-				errs[i] = fmt.Errorf("session %s: %w", id, err)
+				errs[i] = fmt.Errorf("%s %s: %w", kindOf(id), id, err)
 			}
 		})
 	}

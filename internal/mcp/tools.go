@@ -99,70 +99,96 @@ type FormatOutput struct {
 }
 
 func (s *Server) addTools() error {
-	runSchema, err := inputSchema[RunInput]()
-	if err != nil {
-		return fmt.Errorf("%s input schema: %w", RunTool, err)
-	}
-	lintSchema, err := inputSchema[LintInput]()
-	if err != nil {
-		return fmt.Errorf("%s input schema: %w", LintTool, err)
-	}
-	formatSchema, err := inputSchema[FormatInput]()
-	if err != nil {
-		return fmt.Errorf("%s input schema: %w", FormatTool, err)
-	}
-	// The defaults come from the one place that knows them.
-	lintSchema.Properties["select"].Description += " (default: " + strings.Join(ruff.DefaultSelect, ", ") + ")"
-	lintSchema.Properties["ignore"].Description += " (default: " + strings.Join(ruff.DefaultIgnore, ", ") + ")"
-	runSchema.Properties["code"].MinLength = jsonschema.Ptr(1)
-	if s.info.Sessions.Enabled {
-		runSchema.Properties["session_id"].MinLength = jsonschema.Ptr(1)
-	} else {
-		delete(runSchema.Properties, "session_id")
-	}
-	timeout := runSchema.Properties["timeout_seconds"]
-	timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
-	timeout.Maximum = jsonschema.Ptr(float64(s.maxima().TimeoutMs) / 1000)
-	if s.info.Files.Enabled {
-		runSchema.Properties["return_files_as"].Enum = []any{api.ReturnInline, api.ReturnStore}
-	} else {
-		delete(runSchema.Properties, "return_files_as")
-	}
-	s.filesSchema(runSchema.Properties["files"].Items)
 	runImage := "the image to run the code in"
 	if s.info.Sessions.Enabled {
 		runImage += ", without session_id (a session's calls run in the image it was opened in)"
 	}
-	s.imageArgument(runSchema, s.imageNames(false), runImage)
-	s.imageArgument(lintSchema, s.imageNames(true), "the image whose ruff lints")
-	s.imageArgument(formatSchema, s.imageNames(true), "the image whose ruff formats")
-
-	no := false
-	sdk.AddTool(s.mcp, &sdk.Tool{
+	err := addTool(s, &sdk.Tool{
 		Name:        RunTool,
 		Title:       "Run Python in a jail",
 		Description: s.runDescription(),
-		InputSchema: runSchema,
-		Annotations: &sdk.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no},
-	}, s.run)
-	sdk.AddTool(s.mcp, &sdk.Tool{
+		Annotations: hints(false, false, false),
+	}, s.run, func(in *jsonschema.Schema) {
+		nonEmpty(in, "code")
+		if s.info.Sessions.Enabled {
+			nonEmpty(in, "session_id")
+		} else {
+			delete(in.Properties, "session_id")
+		}
+		timeout := in.Properties["timeout_seconds"]
+		timeout.ExclusiveMinimum = jsonschema.Ptr(0.0)
+		timeout.Maximum = jsonschema.Ptr(float64(s.maxima().TimeoutMs) / 1000)
+		if s.info.Files.Enabled {
+			in.Properties["return_files_as"].Enum = []any{api.ReturnInline, api.ReturnStore}
+		} else {
+			delete(in.Properties, "return_files_as")
+		}
+		s.filesSchema(in.Properties["files"].Items)
+		s.imageArgument(in, s.imageNames(false), runImage)
+	})
+	if err != nil {
+		return err
+	}
+	err = addTool(s, &sdk.Tool{
 		Name:        LintTool,
 		Title:       "Lint Python with ruff",
 		Description: lintDescription,
-		InputSchema: lintSchema,
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
-	}, s.lint)
-	sdk.AddTool(s.mcp, &sdk.Tool{
+		Annotations: hints(true, false, true),
+	}, s.lint, func(in *jsonschema.Schema) {
+		// The defaults come from the one place that knows them.
+		in.Properties["select"].Description += " (default: " + strings.Join(ruff.DefaultSelect, ", ") + ")"
+		in.Properties["ignore"].Description += " (default: " + strings.Join(ruff.DefaultIgnore, ", ") + ")"
+		s.imageArgument(in, s.imageNames(true), "the image whose ruff lints")
+	})
+	if err != nil {
+		return err
+	}
+	err = addTool(s, &sdk.Tool{
 		Name:        FormatTool,
 		Title:       "Format Python with ruff",
 		Description: formatDescription,
-		InputSchema: formatSchema,
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no},
-	}, s.format)
-	if !s.info.Sessions.Enabled {
-		return nil
+		Annotations: hints(true, false, true),
+	}, s.format, func(in *jsonschema.Schema) {
+		s.imageArgument(in, s.imageNames(true), "the image whose ruff formats")
+	})
+	if err != nil || !s.info.Sessions.Enabled {
+		return err
 	}
 	return s.addSessionTools()
+}
+
+// addTool adds the tool t, served by h, with the input schema inferred
+// from In (inputSchema) and then fitted to this daemon by fit.
+func addTool[In, Out any](s *Server, t *sdk.Tool, h sdk.ToolHandlerFor[In, Out], fit func(*jsonschema.Schema)) error {
+	in, err := inputSchema[In]()
+	if err != nil {
+		return fmt.Errorf("%s input schema: %w", t.Name, err)
+	}
+	if fit != nil {
+		fit(in)
+	}
+	t.InputSchema = in
+	sdk.AddTool(s.mcp, t, h)
+	return nil
+}
+
+// hints are a tool's annotations: whether it only reads, destroys what
+// the caller had, and does the same when called twice. No tool reaches
+// beyond the daemon (OpenWorldHint false).
+func hints(readOnly, destructive, idempotent bool) *sdk.ToolAnnotations {
+	no := false
+	a := &sdk.ToolAnnotations{ReadOnlyHint: readOnly, IdempotentHint: idempotent, OpenWorldHint: &no}
+	if !readOnly {
+		a.DestructiveHint = &destructive
+	}
+	return a
+}
+
+// nonEmpty makes the string arguments names of the schema non-empty.
+func nonEmpty(in *jsonschema.Schema, names ...string) {
+	for _, n := range names {
+		in.Properties[n].MinLength = jsonschema.Ptr(1)
+	}
 }
 
 // filesSchema fits the schema of FileInput to the daemon: without a file

@@ -171,6 +171,13 @@ func sessionWire(i sessions.Info) api.Session {
 	return out
 }
 
+// sessionExecute serves POST /v1/sessions/{id}/execute. It is long
+// because it is one sequence whose steps share the call's state (the
+// session's turn, the memory reserved, the admission slot, the stream):
+// refuse an unknown id before reading the body, reserve, check the
+// fields against the session's bounds, wait for admission, run, then
+// answer in JSON or end the stream. Each step's own logic lives in the
+// helpers it calls (policy, reserveRun, admit, liveStream, response).
 func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	// An unknown id costs nothing: it is refused before the body is read
 	// (which counts against the memory budget as it arrives).
