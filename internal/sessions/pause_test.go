@@ -267,3 +267,52 @@ func TestClosePausesIdle(t *testing.T) {
 		t.Errorf("past ShutdownPause: kept %v after %d pauses", d.kept, d.pauses)
 	}
 }
+
+// A paused session holds no room, so a caller may open others in its
+// place; restoring it (a call, Resume, a snapshot or a rollback) asks for
+// the room again and is refused, the session left paused, when the caps
+// are full: pausing is no way around them.
+func TestResumeNeedsRoom(t *testing.T) {
+	c := &clock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	m := New(Config{MaxPerUID: 2, MaxTotal: 3, MaxMemoryPerUID: 128 << 20, MaxMemoryTotal: 192 << 20, KeepEnded: time.Minute, Tick: time.Hour, Now: c.now})
+	t.Cleanup(m.Close)
+	a, _ := addPauser(t, m, c, 1, 64<<20)
+	b, _ := addPauser(t, m, c, 2, 64<<20)
+	for _, s := range []Info{a, b} {
+		if _, _, err := m.Pause(s.ID, Caller{UID: s.Owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Uid 1 opens two more in their place; uid 2 takes the last 64 MiB.
+	addPauser(t, m, c, 1, 64<<20)
+	addPauser(t, m, c, 1, 64<<20)
+	addPauser(t, m, c, 2, 64<<20)
+	restores := map[string]func() error{
+		"a call": func() error { _, _, _, err := m.Begin(a.ID, Caller{UID: 1}); return err },
+		"resume": func() error { _, _, err := m.Resume(a.ID, Caller{UID: 1}); return err },
+		"snapshot": func() error {
+			_, err := m.TakeSnapshot(a.ID, Caller{UID: 1}, func(Handle, []byte) (SnapshotHandle, error) {
+				t.Error("a snapshot taken past the caps")
+				return nil, errors.New("no")
+			})
+			return err
+		},
+	}
+	for what, f := range restores {
+		err := f()
+		if !errors.Is(err, errdefs.ErrRateLimited) || !strings.Contains(err.Error(), "sessions.max_per_uid") || !strings.Contains(err.Error(), "stays paused") {
+			t.Errorf("%s of a paused session past uid 1's caps: %v, want 429 naming sessions.max_per_uid and that it stays paused", what, err)
+		}
+		if g, _ := m.Get(a.ID, Caller{UID: 1}); g.State != StatePaused {
+			t.Errorf("after the refused %s: %s, want paused", what, g.State)
+		}
+	}
+	// Uid 2 is within its own caps, but the daemon's are full.
+	_, _, _, err := m.Begin(b.ID, Caller{UID: 2})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "sessions.max_total") || !strings.Contains(err.Error(), "stays paused") {
+		t.Errorf("a call on a paused session past the daemon's caps: %v, want 503 naming sessions.max_total", err)
+	}
+	if reserved, _, _ := m.Memory(); reserved != 192<<20 {
+		t.Errorf("reserved %d MiB, want 192: nothing past the caps", reserved>>20)
+	}
+}

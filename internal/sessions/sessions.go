@@ -219,30 +219,55 @@ func (m *Manager) Reserve(who Caller, memory int64) (*Reservation, error) {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon is shutting down")
 	}
 	owner := who.UID
-	mine, total := m.usage(owner)
-	perUID, most := m.cfg.MaxMemoryPerUID, m.cfg.MaxMemoryTotal
-	if who.Admin {
-		perUID = 0
-	}
-	switch {
-	case perUID > 0 && memory > perUID:
-		return nil, errdefs.Field("limits.memory_mb", "a session of %d MiB is more than one caller's sessions may hold together (sessions.max_memory_per_uid_mb, %d MiB)", mib(memory), mib(perUID))
-	case most > 0 && memory > most:
-		return nil, errdefs.Field("limits.memory_mb", "a session of %d MiB is more than the daemon's sessions may hold together (sessions.max_memory_total_mb, %d MiB)", mib(memory), mib(most))
-	case mine.n >= m.cfg.MaxPerUID:
-		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d has %d live sessions, the most one caller may have (sessions.max_per_uid); end one with DELETE /v1/sessions/{id}", owner, mine.n)
-	case total.n >= m.cfg.MaxTotal:
-		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon has %d live sessions, its most (sessions.max_total); try again later", total.n)
-	case perUID > 0 && mine.mem+memory > perUID:
-		return nil, errdefs.New(errdefs.ErrRateLimited, "uid %d's live sessions hold %d MiB of memory; another of %d MiB would pass the most one caller's may hold (sessions.max_memory_per_uid_mb, %d MiB); end one with DELETE /v1/sessions/{id} or ask for less limits.memory_mb", owner, mib(mine.mem), mib(memory), mib(perUID))
-	case most > 0 && total.mem+memory > most:
-		return nil, errdefs.New(errdefs.ErrUnavailable, "the daemon's live sessions hold %d MiB of memory; another of %d MiB would pass their most (sessions.max_memory_total_mb, %d MiB); try again later or ask for less limits.memory_mb", mib(total.mem), mib(memory), mib(most))
+	if err := m.roomLocked(owner, who.Admin, memory, ""); err != nil {
+		return nil, err
 	}
 	p := m.reserved[owner]
 	p.n++
 	p.mem += memory
 	m.reserved[owner] = p
 	return &Reservation{m: m, owner: owner, mem: memory}, nil
+}
+
+// roomLocked checks, under m.mu, that owner may hold one more live
+// session of memory bytes (admin: not bound per caller): the caps Reserve
+// documents. resuming, when not empty, is the paused session whose
+// restore asks for the room: the messages say it stays paused.
+func (m *Manager) roomLocked(owner uint32, admin bool, memory int64, resuming string) error {
+	mine, total := m.usage(owner)
+	perUID, most := m.cfg.MaxMemoryPerUID, m.cfg.MaxMemoryTotal
+	if admin {
+		perUID = 0
+	}
+	another, endOne, later := "another", "; end one with DELETE /v1/sessions/{id}", "; try again later"
+	if resuming != "" {
+		another = "resuming session " + resuming
+		endOne = "; session " + resuming + " stays paused: end another with DELETE /v1/sessions/{id}, then call it again"
+		later = "; session " + resuming + " stays paused: try again later"
+	}
+	switch {
+	case perUID > 0 && memory > perUID:
+		return errdefs.Field("limits.memory_mb", "a session of %d MiB is more than one caller's sessions may hold together (sessions.max_memory_per_uid_mb, %d MiB)", mib(memory), mib(perUID))
+	case most > 0 && memory > most:
+		return errdefs.Field("limits.memory_mb", "a session of %d MiB is more than the daemon's sessions may hold together (sessions.max_memory_total_mb, %d MiB)", mib(memory), mib(most))
+	case mine.n >= m.cfg.MaxPerUID:
+		return errdefs.New(errdefs.ErrRateLimited, "uid %d has %d live sessions, the most one caller may have (sessions.max_per_uid)%s", owner, mine.n, endOne)
+	case total.n >= m.cfg.MaxTotal:
+		return errdefs.New(errdefs.ErrUnavailable, "the daemon has %d live sessions, its most (sessions.max_total)%s", total.n, later)
+	case perUID > 0 && mine.mem+memory > perUID:
+		return errdefs.New(errdefs.ErrRateLimited, "uid %d's live sessions hold %d MiB of memory; %s of %d MiB would pass the most one caller's may hold (sessions.max_memory_per_uid_mb, %d MiB)%s", owner, mib(mine.mem), another, mib(memory), mib(perUID), endOne+orLess(resuming))
+	case most > 0 && total.mem+memory > most:
+		return errdefs.New(errdefs.ErrUnavailable, "the daemon's live sessions hold %d MiB of memory; %s of %d MiB would pass their most (sessions.max_memory_total_mb, %d MiB)%s", mib(total.mem), another, mib(memory), mib(most), later+orLess(resuming))
+	}
+	return nil
+}
+
+// orLess is the hint to ask for less memory, for a creation only.
+func orLess(resuming string) string {
+	if resuming != "" {
+		return ""
+	}
+	return " or ask for less limits.memory_mb"
 }
 
 // usage counts, under m.mu, owner's sessions (live and being made) and
@@ -458,6 +483,12 @@ func (m *Manager) Begin(id string, who Caller) (h Handle, info Info, done func(c
 		return nil, Info{}, nil, errdefs.New(errdefs.ErrConflict, "session %s has ended (%s)", id, e.EndReason)
 	case StateRunning:
 		return nil, Info{}, nil, errdefs.New(errdefs.ErrConflict, "session %s is running another call; wait for it or POST /v1/sessions/%s/interrupt", id, id)
+	case StatePaused:
+		// Its call restores it: a paused session holds no room, and
+		// counts again once it is back in a jail.
+		if err := m.roomLocked(e.Owner, who.Admin, e.Memory, id); err != nil {
+			return nil, Info{}, nil, err
+		}
 	}
 	e.State, e.LastUsed = StateRunning, m.cfg.Now()
 	var once sync.Once
@@ -494,7 +525,7 @@ func (m *Manager) Interrupt(id string, who Caller) (bool, Info, error) {
 // the pause took. A session running a call is a conflict; one paused
 // already answers as it is.
 func (m *Manager) Pause(id string, who Caller) (Info, time.Duration, error) {
-	return m.busy(id, who, func(p Pauser, record []byte) (time.Duration, error) {
+	return m.busy(id, who, false, func(p Pauser, record []byte) (time.Duration, error) {
 		if _, paused := p.Paused(); !paused {
 			m.mu.Lock()
 			err := m.checkpointRoom(m.byID[id].Owner, 0, "another paused session")
@@ -661,12 +692,13 @@ func (m *Manager) Adopt(h Handle, rec []byte, decode func(meta json.RawMessage, 
 // Resume restores a paused id and returns its snapshot and how long the
 // restore took (0: it was not paused).
 func (m *Manager) Resume(id string, who Caller) (Info, time.Duration, error) {
-	return m.busy(id, who, func(p Pauser, _ []byte) (time.Duration, error) { return p.Resume() })
+	return m.busy(id, who, true, func(p Pauser, _ []byte) (time.Duration, error) { return p.Resume() })
 }
 
 // busy runs f on id's Pauser with the session marked running, so that no
-// call begins meanwhile.
-func (m *Manager) busy(id string, who Caller, f func(p Pauser, record []byte) (time.Duration, error)) (Info, time.Duration, error) {
+// call begins meanwhile. When f restores a paused session (restores), the
+// session must have room again (the caps of Reserve) first.
+func (m *Manager) busy(id string, who Caller, restores bool, f func(p Pauser, record []byte) (time.Duration, error)) (Info, time.Duration, error) {
 	m.mu.Lock()
 	e, err := m.lookup(id, who)
 	if err != nil {
@@ -684,6 +716,11 @@ func (m *Manager) busy(id string, who Caller, f func(p Pauser, record []byte) (t
 	case !ok:
 		m.mu.Unlock()
 		return Info{}, 0, errdefs.New(errdefs.ErrUnavailable, "sessions cannot pause on this daemon")
+	case restores && e.State == StatePaused:
+		if err := m.roomLocked(e.Owner, who.Admin, e.Memory, id); err != nil {
+			m.mu.Unlock()
+			return Info{}, 0, err
+		}
 	}
 	prev := e.State
 	e.State = StateRunning

@@ -117,7 +117,7 @@ func (m *Manager) checkpointRoom(owner uint32, extra int64, what string) error {
 // with it for AdoptSnapshot.
 func (m *Manager) TakeSnapshot(id string, who Caller, take func(h Handle, record []byte) (SnapshotHandle, error)) (SnapshotInfo, error) {
 	var out SnapshotInfo
-	_, _, err := m.busy(id, who, func(p Pauser, _ []byte) (time.Duration, error) {
+	_, _, err := m.busy(id, who, true, func(p Pauser, _ []byte) (time.Duration, error) {
 		m.mu.Lock()
 		e := m.byID[id]
 		owner := e.Owner
@@ -232,7 +232,7 @@ func (m *Manager) SnapshotHandleOf(sid string, who Caller) (SnapshotHandle, Snap
 // the session's count of calls. It returns the session's record and how
 // long the restore took.
 func (m *Manager) Rollback(id, sid string, who Caller, roll func(h Handle, sn SnapshotHandle) (took time.Duration, calls int, err error)) (Info, time.Duration, error) {
-	return m.busy(id, who, func(p Pauser, _ []byte) (time.Duration, error) {
+	return m.busy(id, who, true, func(p Pauser, _ []byte) (time.Duration, error) {
 		m.mu.Lock()
 		s, ok := m.snaps[sid]
 		e := m.byID[id]
