@@ -156,10 +156,11 @@ func (s *Server) sessionFromSnapshot(w http.ResponseWriter, r *http.Request, who
 		}
 	}
 	sw := sessions.Caller{UID: who.UID, Admin: who.Admin}
-	h, sn, err := s.sessions.SnapshotHandleOf(req.FromSnapshot, sw)
+	h, sn, done, err := s.sessions.SnapshotHandleOf(req.FromSnapshot, sw)
 	if err != nil {
 		return sessions.Info{}, errdefs.InField("from_snapshot", err)
 	}
+	defer done()
 	parent, ok := sn.Meta.(*sessionMeta)
 	if !ok {
 		return sessions.Info{}, fmt.Errorf("snapshot %s has no session record", sn.ID)

@@ -316,3 +316,78 @@ func TestResumeNeedsRoom(t *testing.T) {
 		t.Errorf("reserved %d MiB, want 192: nothing past the caps", reserved>>20)
 	}
 }
+
+// fakeSnap is a snapshot's handle that counts its removals.
+type fakeSnap struct {
+	mu      sync.Mutex
+	at      time.Time
+	removed int
+}
+
+func (f *fakeSnap) Bytes() int64       { return 10 }
+func (f *fakeSnap) Created() time.Time { return f.at }
+func (f *fakeSnap) Image() string      { return "python" }
+func (f *fakeSnap) Remove() {
+	f.mu.Lock()
+	f.removed++
+	f.mu.Unlock()
+}
+
+func (f *fakeSnap) removals() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.removed
+}
+
+// A snapshot deleted while a rollback or a new session restores from it
+// leaves the table at once (a second delete is 404) and its files stay
+// until the restore ends, then go, once.
+func TestSnapshotDeletedDuringRestore(t *testing.T) {
+	m, c := newManager(t)
+	info, _ := addPauser(t, m, c, 1, 0)
+	owner := Caller{UID: 1}
+	snap := &fakeSnap{at: c.now()}
+	sn, err := m.TakeSnapshot(info.ID, owner, func(Handle, []byte) (SnapshotHandle, error) { return snap, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = m.Rollback(info.ID, sn.ID, owner, func(Handle, SnapshotHandle) (time.Duration, int, error) {
+		if _, err := m.DeleteSnapshot(sn.ID, owner); err != nil {
+			t.Errorf("delete during the rollback: %v", err)
+		}
+		if _, err := m.DeleteSnapshot(sn.ID, owner); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("a second delete: %v, want not found", err)
+		}
+		if n := snap.removals(); n != 0 {
+			t.Errorf("the snapshot's files removed during the rollback from it (%d)", n)
+		}
+		return time.Millisecond, 1, nil
+	})
+	if err != nil || snap.removals() != 1 {
+		t.Fatalf("rollback: %v; the files removed %d times after it, want once", err, snap.removals())
+	}
+
+	snap2 := &fakeSnap{at: c.now()}
+	sn2, err := m.TakeSnapshot(info.ID, owner, func(Handle, []byte) (SnapshotHandle, error) { return snap2, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, release, err := m.SnapshotHandleOf(sn2.ID, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.DeleteSnapshot(sn2.ID, owner); err != nil || snap2.removals() != 0 {
+		t.Errorf("delete while a session is made from it: %v, removed %d times, want 0", err, snap2.removals())
+	}
+	release()
+	release()
+	if n := snap2.removals(); n != 1 {
+		t.Errorf("after the session was made: removed %d times, want 1", n)
+	}
+	// Not held: removed at once.
+	snap3 := &fakeSnap{at: c.now()}
+	sn3, _ := m.TakeSnapshot(info.ID, owner, func(Handle, []byte) (SnapshotHandle, error) { return snap3, nil })
+	if _, err := m.DeleteSnapshot(sn3.ID, owner); err != nil || snap3.removals() != 1 {
+		t.Errorf("delete: %v, removed %d times, want 1", err, snap3.removals())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
@@ -43,6 +44,39 @@ type SnapshotInfo struct {
 type snapEntry struct {
 	SnapshotInfo
 	h SnapshotHandle
+	// uses counts the restores from it in progress (rollbacks, sessions
+	// made from it); removed: deleted or expired meanwhile, out of the
+	// table, its files removed when the last restore ends.
+	uses    int
+	removed bool
+}
+
+// holdLocked, under m.mu, counts a restore from s in progress, until the
+// release it returns: a delete or an expiry meanwhile takes s out of the
+// table at once and leaves its files to the restore, which removes them
+// when it ends.
+func (m *Manager) holdLocked(s *snapEntry) (release func()) {
+	s.uses++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			s.uses--
+			gone := s.removed && s.uses == 0
+			m.mu.Unlock()
+			if gone {
+				s.h.Remove()
+			}
+		})
+	}
+}
+
+// dropLocked, under m.mu, takes snapshot id out of the table; it reports
+// whether its files may be removed now (no restore from it in progress).
+func (m *Manager) dropLocked(id string, s *snapEntry) bool {
+	delete(m.snaps, id)
+	s.removed = true
+	return s.uses == 0
 }
 
 // snapshotRecord is what a snapshot keeps of its entry, for
@@ -204,27 +238,28 @@ func (m *Manager) Snapshots(who Caller, sessionID string) []SnapshotInfo {
 func (m *Manager) DeleteSnapshot(sid string, who Caller) (SnapshotInfo, error) {
 	m.mu.Lock()
 	s, err := m.lookupSnapshot(sid, who)
-	if err == nil {
-		delete(m.snaps, sid)
-	}
+	now := err == nil && m.dropLocked(sid, s)
 	m.mu.Unlock()
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	s.h.Remove()
+	if now {
+		s.h.Remove()
+	}
 	return s.SnapshotInfo, nil
 }
 
 // SnapshotHandleOf returns sid's handle for who, to start a session from
-// it (the caller must own it).
-func (m *Manager) SnapshotHandleOf(sid string, who Caller) (SnapshotHandle, SnapshotInfo, error) {
+// it (the caller must own it), held until release: a delete meanwhile
+// does not pull its files from under the restore.
+func (m *Manager) SnapshotHandleOf(sid string, who Caller) (_ SnapshotHandle, _ SnapshotInfo, release func(), _ error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, err := m.lookupSnapshot(sid, who)
 	if err != nil {
-		return nil, SnapshotInfo{}, err
+		return nil, SnapshotInfo{}, nil, err
 	}
-	return s.h, s.SnapshotInfo, nil
+	return s.h, s.SnapshotInfo, m.holdLocked(s), nil
 }
 
 // Rollback makes session id what it was at its snapshot sid (one of
@@ -236,11 +271,14 @@ func (m *Manager) Rollback(id, sid string, who Caller, roll func(h Handle, sn Sn
 		m.mu.Lock()
 		s, ok := m.snaps[sid]
 		e := m.byID[id]
-		m.mu.Unlock()
 		if !ok || s.SessionID != id || s.Owner != e.Owner {
+			m.mu.Unlock()
 			return 0, errdefs.FieldOfClass(errdefs.ErrNotFound, "snapshot_id", "session %s has no snapshot %s (GET /v1/sessions/%s/snapshots lists them)", id, clip(sid), id)
 		}
+		release := m.holdLocked(s)
+		m.mu.Unlock()
 		took, calls, err := roll(p.(Handle), s.h)
+		release()
 		if err != nil {
 			return 0, err
 		}
@@ -287,8 +325,7 @@ func (m *Manager) AdoptSnapshot(h SnapshotHandle, rec []byte, decode func(meta j
 func (m *Manager) reapSnapshots(now time.Time) []SnapshotHandle {
 	var gone []SnapshotHandle
 	for id, s := range m.snaps {
-		if !s.Expires.IsZero() && !now.Before(s.Expires) {
-			delete(m.snaps, id)
+		if !s.Expires.IsZero() && !now.Before(s.Expires) && m.dropLocked(id, s) {
 			gone = append(gone, s.h)
 		}
 	}
