@@ -582,17 +582,37 @@ func cgroupYard(dir string) (string, error) {
 	if CgroupMode() != "v2" {
 		return "/sys/fs/cgroup", nil
 	}
+	return dir, makeYard(dir, cgroupView)
+}
+
+// makeYard lays out the cgroup v2 yard dir for a daemon whose cgroup view
+// is view ("" for none).
+func makeYard(dir, view string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+		return err
 	}
 	unified := filepath.Join(dir, "unified")
-	if target, err := os.Readlink(unified); err == nil && target == "/sys/fs/cgroup" {
-		return dir, nil
+	// CRIU names a cgroup as /proc/PID/cgroup does, from the hierarchy's
+	// root, and looks it up beneath the yard. In a cgroup view
+	// (EnterCgroupView: the daemon's own cgroup, B, mounted at
+	// /sys/fs/cgroup), the yard's "unified" is a directory whose path B
+	// leads, through a symlink in its last step, to /sys/fs/cgroup: the
+	// hierarchy's names as CRIU reads them, under the view's root. Else it
+	// is a symlink to /sys/fs/cgroup.
+	link, target := unified, "/sys/fs/cgroup"
+	if view != "" && view != "/" {
+		link = filepath.Join(unified, filepath.Clean("/"+view))
 	}
-	if err := os.Symlink("/sys/fs/cgroup", unified); err != nil {
-		return "", err
+	if got, err := os.Readlink(link); err == nil && got == target {
+		return nil
 	}
-	return dir, nil
+	if err := os.RemoveAll(unified); err != nil { // a link or a layout of another view: never what it points to
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
+		return err
+	}
+	return os.Symlink(target, link)
 }
 
 // pipeKey is CRIU's name of the pipe f is an end of.

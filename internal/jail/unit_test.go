@@ -280,3 +280,38 @@ func fdTarget(t *testing.T, f *os.File) string {
 	}
 	return s
 }
+
+// The cgroup v2 yard CRIU is given: without a cgroup view, "unified" is a
+// link to /sys/fs/cgroup; in a view of /system.slice/jaild.service (the
+// daemon under systemd, EnterCgroupView), CRIU's names from the
+// hierarchy's root lead through "unified" to /sys/fs/cgroup, the view's
+// root (a guest's probe failed on "failed walking .../jaild.service/jails/ID"
+// before). A yard of the other layout is replaced, never followed.
+func TestCgroupYardLayout(t *testing.T) {
+	dir := t.TempDir()
+	if err := makeYard(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(dir, "unified")); err != nil || got != "/sys/fs/cgroup" {
+		t.Fatalf("no view: unified -> %q, %v", got, err)
+	}
+	if err := makeYard(dir, "/system.slice/jaild.service"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "unified", "system.slice")); err != nil || !fi.IsDir() {
+		t.Fatalf("view: unified/system.slice: %v %v", fi, err)
+	}
+	if got, err := os.Readlink(filepath.Join(dir, "unified", "system.slice", "jaild.service")); err != nil || got != "/sys/fs/cgroup" {
+		t.Fatalf("view: unified/system.slice/jaild.service -> %q, %v", got, err)
+	}
+	// Again: left as it is; then back to no view.
+	if err := makeYard(dir, "/system.slice/jaild.service"); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeYard(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(dir, "unified")); err != nil || got != "/sys/fs/cgroup" {
+		t.Fatalf("no view again: unified -> %q, %v", got, err)
+	}
+}
