@@ -8,6 +8,7 @@ package tests
 // the idle timeout pauses.
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -214,6 +215,43 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+idle.SessionID+"/execute", api.SessionExecuteRequest{Code: "n"}, &e)
 	if code != http.StatusConflict || !strings.Contains(e.Error.Message, "daemon_restart") {
 		t.Errorf("the live session after kill -9: %d %+v", code, e)
+	}
+
+	// A daemon that cannot restore (its CRIU does not run) keeps the
+	// paused session: listed, paused, 503 naming why; the next daemon
+	// that can restores it.
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+paused.SessionID+"/pause", nil, nil); code != http.StatusOK {
+		t.Fatalf("pause before the restart without CRIU: %d", code)
+	}
+	orig, err := os.ReadFile(d.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restartWith := func(cfg []byte) {
+		t.Helper()
+		if err := d.StopProcess(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(d.Config, cfg, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restartWith(bytes.Replace(orig, []byte("[sessions]\n"), []byte("[sessions]\ncriu = \"/nonexistent/criu\"\n"), 1))
+	var s api.Session
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+paused.SessionID, nil, &s); code != http.StatusOK || s.State != api.SessionPaused {
+		t.Errorf("the paused session under a daemon that cannot restore: %d %+v, want it listed, paused", code, s)
+	}
+	code, _ = d.call(t, http.MethodPost, "/v1/sessions/"+paused.SessionID+"/execute", api.SessionExecuteRequest{Code: "m"}, &e)
+	if code != http.StatusServiceUnavailable || !strings.Contains(e.Error.Message, "stays paused") || strings.Contains(e.Error.Message, "/nonexistent") {
+		t.Errorf("a call on it: %d %+v, want 503 saying it stays paused, without host paths", code, e)
+	}
+	restartWith(orig)
+	r = mustExec(t, d, paused.SessionID, "m")
+	if r.Result == nil || *r.Result != "[1, 2, 3]" || !r.Session.Resumed {
+		t.Errorf("the paused session once a daemon can restore it again: %+v", r)
 	}
 	deleteSession(t, d, paused.SessionID)
 	waitFor(t, 10*time.Second, "the checkpoints removed", func() bool {

@@ -165,9 +165,10 @@ func (d *Daemon) startEngine() error {
 		CgroupName: cfg.CgroupName, HostIDBase: cfg.HostIDBase, Logger: d.log,
 		FavorDynmods: cfg.CgroupFavorDynmods,
 	}
+	jc.CheckpointKey = key // reads the records of paused sessions, even without CRIU
 	if d.criu != "" {
 		// The wrapper beside the checkpoints: /run is noexec under systemd.
-		jc.CRIU, jc.CheckpointKey, jc.CRIUWrapperDir = d.criu, key, filepath.Join(cpDir, ".criu")
+		jc.CRIU, jc.CRIUWrapperDir = d.criu, filepath.Join(cpDir, ".criu")
 	}
 	d.jails, err = jail.New(jc)
 	if err != nil {

@@ -372,7 +372,7 @@ func metaSig(key, meta []byte) string {
 // them all), cheap enough for every paused session at start-up. A
 // checkpoint cut short, or not of this key, is ErrCheckpointTampered.
 func (e *Engine) ReadCheckpointInfo(dir string) (CheckpointInfo, error) {
-	if e.criu == nil {
+	if len(e.cfg.CheckpointKey) < 32 {
 		return CheckpointInfo{}, ErrCheckpointsOff
 	}
 	meta, err := readBounded(filepath.Join(dir, metaName), MaxCheckpointRecord+64<<10)

@@ -191,6 +191,11 @@ func (ss *Session) resume() (time.Duration, error) {
 			return 0, ss.endedError()
 		}
 		ss.s.log.Error("resume session", "id", ss.ID(), "err", err)
+		if why := ss.s.CheckpointsUnavailable(); why != "" {
+			// A daemon that adopted it cannot restore at all (no CRIU, or
+			// its probe failed): kept on disk for one that can.
+			return 0, errdefs.New(errdefs.ErrUnavailable, "the paused session cannot be restored on this host now (%s); it stays paused, kept on disk", why)
+		}
 		return 0, errdefs.New(errdefs.ErrUnavailable, "the paused session could not be restored now (it stays paused); the daemon's log says why")
 	}
 	ss.install(r, ps.events)
@@ -331,9 +336,11 @@ type Recovered struct {
 // next call; and its snapshots. It removes what is not a whole checkpoint of this daemon's
 // key: a pause, an end or a probe cut short (temporary names), a
 // checkpoint without a record of its session or whose record does not
-// verify, and scratch directories of restores cut short. With no CRIU
-// (no key) it leaves the directory as it is and adopts nothing. Call it
-// once, before any session pauses.
+// verify, and scratch directories of restores cut short. A daemon
+// without CRIU (or whose probe failed) adopts them too: they stay paused,
+// kept on disk, and a call answers 503 saying why. With no key it leaves
+// the directory as it is and adopts nothing. Call it once, before any
+// session pauses.
 func (s *Service) RecoverPaused() []Recovered {
 	if s.cpDir == "" {
 		return nil
