@@ -4,8 +4,8 @@ package tests
 // daemon's disk. The cases: a checkpoint changed on disk, a session
 // holding what CRIU cannot dump, another uid after a paused session and
 // its checkpoint, a session looking for traces of its pause after the
-// restore, fork children after each other, and another uid after a
-// snapshot. Their sessions ask for no network (a session with egress cannot
+// restore, fork children after each other, another uid after a
+// snapshot, and pausing as a way past the session caps. Their sessions ask for no network (a session with egress cannot
 // pause), in the networked suite too.
 
 import (
@@ -42,7 +42,50 @@ func pauseCases() []hcase {
 		{id: "S55", cat: catSession, title: "uid 65534 after root's session and its snapshot: fork of the session, GET and DELETE of the snapshot, a session from it, its own session rolled back to it",
 			expect: "every request is 404 as for an id that never existed (the rollback's naming snapshot_id); the snapshot stays, and root's session rolls back to it",
 			run:    runSnapshotOtherUID},
+		{id: "S56", cat: catSession, title: "pausing as a way past the session caps: uid 65534 pauses two sessions, opens sessions.max_per_uid more in their place, then calls a paused one",
+			expect: "the call is 429 naming sessions.max_per_uid and saying the session stays paused (a paused session holds no room, and restoring it asks for it again); it stays paused, and once one session is closed the call restores it with its state",
+			run:    runPauseCaps},
 	}
+}
+
+func runPauseCaps(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	var paused []*sess
+	for _, v := range []string{"a", "b"} {
+		s, st, raw := ss.openNobody(api.SessionCreateRequest{})
+		if s == nil {
+			t.Fatalf("uid 65534's session: HTTP %d: %s", st, raw)
+		}
+		wantCall(t, ss.exec(s, code("v = '"+v+"'")), "ok")
+		if status, raw := ss.request(true, "POST", "/v1/sessions/"+s.id+"/pause", nil); status != http.StatusOK {
+			t.Fatalf("pause: HTTP %d: %s", status, raw)
+		}
+		s.jail = ""
+		paused = append(paused, s)
+	}
+	var more []*sess
+	for range sessMaxPerUID {
+		s, st, raw := ss.openNobody(api.SessionCreateRequest{})
+		if s == nil {
+			t.Fatalf("uid 65534's sessions in place of the paused ones: HTTP %d: %s", st, raw)
+		}
+		more = append(more, s)
+	}
+	a := paused[0]
+	status, raw := ss.request(true, "POST", "/v1/sessions/"+a.id+"/execute", code("v"))
+	if e := apiError(t, raw); status != http.StatusTooManyRequests || !strings.Contains(e.Error.Message, "sessions.max_per_uid") || !strings.Contains(e.Error.Message, "stays paused") {
+		t.Fatalf("a call on a paused session past uid 65534's cap: HTTP %d %s", status, raw)
+	}
+	var info api.Session
+	if status, raw := ss.request(true, "GET", "/v1/sessions/"+a.id, nil); status != http.StatusOK || strictJSON(raw, &info) != nil || info.State != api.SessionPaused {
+		t.Errorf("the refused session: HTTP %d %s, want paused", status, raw)
+	}
+	ss.del(more[0])
+	if r := ss.exec(a, code("v")); r.Result == nil || *r.Result != "'a'" || !r.Session.Resumed {
+		t.Errorf("the call once a session was closed: %+v", r)
+	}
+	return "the call was 429 naming sessions.max_per_uid, the session stayed paused; once one session was closed, the call restored it with its state"
 }
 
 func runForkIsolation(t *testing.T, h *hostile) string {
