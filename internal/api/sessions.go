@@ -170,3 +170,28 @@ type SessionInterruptResponse struct {
 	Interrupted bool    `json:"interrupted"`
 	Session     Session `json:"session"`
 }
+
+// FSEntry is one file of a session's /workspace or /tmp (issue 29): an
+// entry of GET /v1/sessions/{id}/fs/{path}'s listing, and the answer of
+// its PUT and POST.
+type FSEntry struct {
+	Name string `json:"name"`
+	// Path is its path in the session: /workspace/... or /tmp/...
+	Path string `json:"path"`
+	// Type is file, dir, symlink (not followed) or other (a FIFO, a
+	// socket, a device node).
+	Type string `json:"type"`
+	// Size is a file's or a link's size in bytes; 0 for the others.
+	Size int64 `json:"size"`
+	// Mode is its permission bits in octal, e.g. "0644".
+	Mode  string    `json:"mode"`
+	MTime time.Time `json:"mtime"`
+}
+
+// FSListing is the answer of GET /v1/sessions/{id}/fs/{path} for a
+// directory: its entries sorted by name, at most 10,000 (Truncated: more).
+type FSListing struct {
+	Path      string    `json:"path"`
+	Entries   []FSEntry `json:"entries"`
+	Truncated bool      `json:"truncated"`
+}

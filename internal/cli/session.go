@@ -74,6 +74,12 @@ func init() {
 		{"snapshots", "[flags] [ID]", "list your snapshots (of session ID only, when given)", "", runSessionSnapshots},
 		{"restore", "[flags] ID SNAPSHOT", "roll a session back to a snapshot of it", "", runSessionRestore},
 		{"snapshot-rm", "[flags] SNAPSHOT...", "delete snapshots", "", runSnapshotRemove},
+		{"ls-files", "[flags] ID [PATH]", "list a directory of a session (default /workspace)", "", runSessionLsFiles},
+		{"cat", "[flags] ID PATH", "print a session's file (-o FILE: write it there)", "", runSessionCat},
+		{"put", "[flags] ID LOCAL|- PATH", "write a local file (or stdin) to the session's PATH (-p: make its directories)", "", runSessionPut},
+		{"mkdir", "[flags] ID PATH", "make a directory in a session (-p: and its parents)", "", runSessionMkdir},
+		{"mv", "[flags] ID PATH TO", "move a session's file (never over one that exists)", "", runSessionMove},
+		{"rm-file", "[flags] ID PATH", "remove a session's file or empty directory", "", runSessionRemoveFile},
 		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
 	}
 }

@@ -207,6 +207,11 @@ func (j *Jail) WorkDir() string { return filepath.Join(j.runDir, "work") }
 // applies.
 func (j *Jail) MetaHostDir() string { return filepath.Join(j.runDir, "meta") }
 
+// FilesDir is the host's directory of the jail's tmpfs: its trees work
+// (the jail's WorkspaceDir) and tmp (its /tmp), among others only the
+// daemon's. Reach it only beneath, without following links.
+func (j *Jail) FilesDir() string { return j.runDir }
+
 // HostUID and HostGID are the host ids of UID and GID, for files the
 // daemon writes into the jail.
 func (j *Jail) HostUID() int { return int(j.idBase) + UID }

@@ -55,6 +55,7 @@ func openapiPaths(t *testing.T) map[string][]string {
 
 // sample fills a path template's {id} with an id of the right form.
 func sample(path string) string {
+	path = strings.Replace(path, "{path}", "workspace%2Fa.txt", 1)
 	if strings.HasPrefix(path, "/v1/files/") {
 		return strings.Replace(path, "{id}", "f-0123456789abcdef0123456789abcdef", 1)
 	}
@@ -536,6 +537,46 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	resp, body = c.do(exchange{method: "POST", path: sp + "/execute", template: "/v1/sessions/{id}/execute", hdr: jsonHdr, body: []byte(`{"code": "1", "network": "internet"}`), badRequest: true})
 	want(resp, body, 400)
+	// A session's files: write, list, read (whole, in ranges,
+	// conditional), make a directory, move, remove, and the refusals.
+	fsp, fst := sp+"/fs/", "/v1/sessions/{id}/fs/{path}"
+	octetHdr := map[string]string{"Content-Type": "application/octet-stream"}
+	for _, x := range []struct {
+		x      exchange
+		status int
+	}{
+		{exchange{method: "PUT", path: fsp + "workspace%2Fa.txt", template: fst, hdr: octetHdr, body: []byte("0123456789")}, 201},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fa.txt", template: fst, hdr: octetHdr, body: []byte("9876543210")}, 200},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fd%2Fe.txt?parents=true", template: fst, hdr: octetHdr, body: []byte("deep")}, 201},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fx%2Fy.txt", template: fst, hdr: octetHdr, body: []byte("no parent")}, 404},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fd", template: fst, hdr: octetHdr, body: []byte("a dir")}, 409},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fbig", template: fst, hdr: octetHdr, body: bytes.Repeat([]byte("x"), 128<<20+1)}, 413},
+		{exchange{method: "PUT", path: fsp + "etc%2Fpasswd", template: fst, hdr: octetHdr, body: []byte("x")}, 404},
+		{exchange{method: "PUT", path: fsp + "workspace%2F" + strings.Repeat("n", 256), template: fst, hdr: octetHdr, body: []byte("x")}, 400},
+		{exchange{method: "POST", path: fsp + "workspace%2Fd?op=move&to=%2Fworkspace%2F..%2Fetc", template: fst}, 400},
+		{exchange{method: "GET", path: fsp + "workspace", template: fst}, 200},
+		{exchange{method: "GET", path: fsp + "workspace%2Fa.txt", template: fst}, 200},
+		{exchange{method: "GET", path: fsp + "workspace%2Fa.txt", template: fst, hdr: map[string]string{"Range": "bytes=2-4"}}, 206},
+		{exchange{method: "GET", path: fsp + "workspace%2Fa.txt", template: fst, hdr: map[string]string{"Range": "bytes=100-"}}, 416},
+		{exchange{method: "GET", path: fsp + "workspace%2Fnone", template: fst}, 404},
+		{exchange{method: "POST", path: fsp + "workspace%2Fm?op=mkdir", template: fst}, 201},
+		{exchange{method: "POST", path: fsp + "workspace%2Fm?op=mkdir", template: fst}, 409},
+		{exchange{method: "POST", path: fsp + "workspace%2Fa.txt?op=move&to=%2Ftmp%2Fa.txt", template: fst}, 200},
+		{exchange{method: "POST", path: fsp + "workspace%2Fm?op=chmod", template: fst, badRequest: true}, 400},
+		{exchange{method: "DELETE", path: fsp + "workspace%2Fd", template: fst}, 409},
+		{exchange{method: "DELETE", path: fsp + "workspace%2Fd%2Fe.txt", template: fst}, 204},
+		{exchange{method: "DELETE", path: fsp + "workspace", template: fst}, 409},
+	} {
+		resp, body = c.do(x.x)
+		want(resp, body, x.status)
+	}
+	resp, body = c.do(exchange{method: "GET", path: fsp + "tmp%2Fa.txt", template: fst})
+	want(resp, body, 200)
+	if string(body) != "9876543210" {
+		t.Errorf("the moved file: %q", body)
+	}
+	resp, body = c.do(exchange{method: "GET", path: fsp + "tmp%2Fa.txt", template: fst, hdr: map[string]string{"If-None-Match": resp.Header.Get("ETag")}})
+	want(resp, body, 304)
 	resp, body = c.do(exchange{method: "POST", path: sp + "/fork", template: "/v1/sessions/{id}/fork", hdr: jsonHdr, body: []byte(`{"count": 17}`), badRequest: true})
 	want(resp, body, 400)
 	resp, body = c.do(exchange{method: "DELETE", path: sp, template: "/v1/sessions/{id}"})

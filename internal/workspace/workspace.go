@@ -119,6 +119,9 @@ func openBeneath(dirfd int, rel string, flags int, mode uint32) (int, error) {
 type Dir struct {
 	fd   int
 	root string
+	// Names, when set, is how errors name a path beneath the directory
+	// (the caller's name for it); else as it is.
+	Names func(rel string) string
 }
 
 // Open opens the workspace directory root (which must not be a symlink).

@@ -2,7 +2,10 @@ package servertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,6 +30,7 @@ type Session struct {
 	reason      string
 	interrupted chan struct{}
 	pausedAt    time.Time // zero: not paused
+	filesDir    string    // FS's directory, once made
 }
 
 // NewSession makes a fake session and keeps it in Sessions.
@@ -229,4 +233,27 @@ func (s *Session) Paused() (spec.PauseInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return spec.PauseInfo{At: s.pausedAt, Bytes: 4096}, !s.pausedAt.IsZero()
+}
+
+// FS runs a file operation on the fake's own files: a temporary
+// directory with the trees of a jail's (work and tmp), made at the first
+// operation and removed when the fake ends, through run's own code
+// (run.FilesIn; the jail's side is tested with real jails in tests/).
+func (s *Session) FS(r spec.FSRequest) (spec.FSResult, error) {
+	s.mu.Lock()
+	if s.filesDir == "" {
+		dir, err := os.MkdirTemp("", "jaild-fake-files-")
+		if err == nil {
+			err = errors.Join(os.Mkdir(filepath.Join(dir, "work"), 0o755), os.Mkdir(filepath.Join(dir, "tmp"), 0o1777))
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return spec.FSResult{}, err
+		}
+		s.filesDir = dir
+		go func() { <-s.done; os.RemoveAll(dir) }()
+	}
+	dir := s.filesDir
+	s.mu.Unlock()
+	return run.FilesIn(dir, r, s.Spec.Limits.WorkspaceBytes, -1, -1)
 }
