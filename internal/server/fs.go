@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,7 +80,21 @@ func (s *Server) sessionFS(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		res, err := fsh.FS(spec.FSRequest{Op: spec.FSPut, Path: path, Body: r.Body, Parents: parents})
+		body := io.Reader(r.Body)
+		if fid := r.URL.Query().Get("from_file"); fid != "" {
+			// A stored file of the caller's, copied in (no body).
+			if err := s.filesEnabled(); err != nil {
+				return err
+			}
+			f, _, err := s.files.Open(who.UID, who.Admin, fid)
+			if err != nil {
+				s.audit.refused(who, op, err)
+				return errdefs.InField("from_file", err)
+			}
+			defer f.Close()
+			body = f
+		}
+		res, err := fsh.FS(spec.FSRequest{Op: spec.FSPut, Path: path, Body: body, Parents: parents})
 		if err != nil {
 			s.audit.refused(who, op, err)
 			return err
@@ -168,10 +183,12 @@ func (s *Server) fsPost(w http.ResponseWriter, r *http.Request, fsh FileSession,
 			return errdefs.Field("to", "is required with op=move: the new path, beneath /workspace or /tmp")
 		}
 		req.Op, req.To = spec.FSMove, q.Get("to")
+	case "store":
+		return s.fsStore(w, r, fsh, path)
 	case "":
-		return errdefs.Field("op", "is required: mkdir or move")
+		return errdefs.Field("op", "is required: mkdir, move or store")
 	default:
-		return errdefs.Field("op", "%q is not mkdir or move", clipText(q.Get("op")))
+		return errdefs.Field("op", "%q is not mkdir, move or store", clipText(q.Get("op")))
 	}
 	res, err := fsh.FS(req)
 	if err != nil {
@@ -184,5 +201,33 @@ func (s *Server) fsPost(w http.ResponseWriter, r *http.Request, fsh FileSession,
 		at = "/" + strings.Trim(req.To, "/")
 	}
 	writeJSON(w, status, fsWire(at, res.Entry))
+	return nil
+}
+
+// fsStore serves POST ?op=store[&name=NAME]: the session's file put in
+// the caller's file store (201, its StoredFile), under NAME or its own
+// name.
+func (s *Server) fsStore(w http.ResponseWriter, r *http.Request, fsh FileSession, path string) error {
+	who := callerOf(r)
+	if err := s.filesEnabled(); err != nil {
+		return err
+	}
+	res, err := fsh.FS(spec.FSRequest{Op: spec.FSOpen, Path: path})
+	if err != nil {
+		s.audit.refused(who, "session_fs_store", err)
+		return err
+	}
+	defer res.File.Close()
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		name = res.Entry.Name
+	}
+	m, err := s.files.Put(who.UID, name, io.LimitReader(res.File, res.Entry.Size))
+	if err != nil {
+		s.audit.refused(who, "session_fs_store", err)
+		return err
+	}
+	s.log.Info("audit", "op", "session_fs_store", "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", r.PathValue("id"), "path", path, "file_id", m.ID, "bytes", m.Size)
+	writeJSON(w, http.StatusCreated, storedFileWire(m))
 	return nil
 }

@@ -566,6 +566,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		{exchange{method: "DELETE", path: fsp + "workspace%2Fd", template: fst}, 409},
 		{exchange{method: "DELETE", path: fsp + "workspace%2Fd%2Fe.txt", template: fst}, 204},
 		{exchange{method: "DELETE", path: fsp + "workspace", template: fst}, 409},
+		{exchange{method: "POST", path: fsp + "tmp%2Fa.txt?op=store&name=kept.txt", template: fst}, 201},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fcopy.csv?from_file=" + up.FileID, template: fst}, 201},
+		{exchange{method: "PUT", path: fsp + "workspace%2Fcopy.csv?from_file=f-00000000000000000000000000000000", template: fst}, 404},
 	} {
 		resp, body = c.do(x.x)
 		want(resp, body, x.status)
