@@ -129,6 +129,17 @@ print(open('in/new.txt').read(), open('report.txt').read(), st.st_uid == os.getu
 		t.Errorf("the session after the API's writes: %s %q %q", r.Status, r.Stdout, r.Stderr)
 	}
 
+	// The file store: a session's file stored, and a stored file copied in.
+	var sf api.StoredFile
+	status, _, body = fsRequest(t, d, "POST", fs+"/workspace/in/new.txt?op=store&name=kept.txt", nil, nil)
+	if status != 201 || json.Unmarshal(body, &sf) != nil || sf.Name != "kept.txt" || sf.SizeBytes != int64(len("from the API")) {
+		t.Errorf("op=store: %d %s", status, body)
+	} else if status, _, body := fsRequest(t, d, "PUT", fs+"/tmp/copy.txt?from_file="+sf.FileID, nil, nil); status != 201 {
+		t.Errorf("PUT from_file: %d %s", status, body)
+	} else if r := mustExec(t, d, s.SessionID, "print(open('/tmp/copy.txt').read())"); r.Stdout != "from the API\n" {
+		t.Errorf("the copy in the session: %q", r.Stdout)
+	}
+
 	// The session's tmpfs (128 MiB) refuses a write past it whole.
 	status, _, body = fsRequest(t, d, "PUT", fs+"/workspace/big", bytes.Repeat([]byte("x"), 129<<20), nil)
 	if status != 507 && status != 413 {

@@ -221,6 +221,9 @@ func (d *Dir) Put(rel string, r io.Reader, limit int64, parents bool, uid, gid i
 			return Entry{}, false, err
 		}
 	}
+	if err := f.Chmod(0o644); err != nil { // whatever the daemon's umask
+		return Entry{}, false, err
+	}
 	n, err := io.Copy(f, io.LimitReader(r, limit+1))
 	switch {
 	case err != nil:
@@ -262,11 +265,22 @@ func (d *Dir) mkdirAt(pfd int, name string, uid, gid int) error {
 	if err := unix.Mkdirat(pfd, name, 0o755); err != nil {
 		return err
 	}
+	// 0755 whatever the daemon's umask, through the directory itself
+	// (opened without following a link).
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o755); err != nil {
+		return err
+	}
 	if uid >= 0 {
-		return unix.Fchownat(pfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+		return unix.Fchown(fd, uid, gid)
 	}
 	return nil
 }
+
 
 // mkdirs makes the missing directories above rel's last name.
 func (d *Dir) mkdirs(rel string, uid, gid int) error {
