@@ -281,7 +281,6 @@ func (d *Dir) mkdirAt(pfd int, name string, uid, gid int) error {
 	return nil
 }
 
-
 // mkdirs makes the missing directories above rel's last name.
 func (d *Dir) mkdirs(rel string, uid, gid int) error {
 	parts := strings.Split(rel, "/")
