@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -69,10 +70,15 @@ func (s *Server) snapshotSession(ctx context.Context, req *sdk.CallToolRequest, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("jaild did not take the snapshot: %w", err)
 	}
-	if !strings.HasPrefix(sn.SnapshotID, snapshotPrefix) || !s.owned.add(req.Session, sn.SnapshotID) {
-		// Shutting down (or an id this server would not know to delete).
+	if !strings.HasPrefix(sn.SnapshotID, snapshotPrefix) {
+		// Not an id endOne would know for a snapshot's: nothing is
+		// deleted in its name.
+		return nil, nil, fmt.Errorf("jaild answered a malformed snapshot id %q", sn.SnapshotID)
+	}
+	if !s.owned.add(req.Session, sn.SnapshotID) {
+		// The server is shutting down: nothing would delete it.
 		err := s.endSessions(context.WithoutCancel(ctx), []string{sn.SnapshotID})
-		return nil, nil, fmt.Errorf("the MCP server is shutting down; the snapshot was deleted (%v)", err)
+		return nil, nil, errors.Join(errors.New("the MCP server is shutting down; the snapshot was deleted"), err)
 	}
 	out := &SnapshotOutput{SnapshotID: sn.SnapshotID, SessionID: sn.SessionID, CreatedAt: sn.CreatedAt.UTC().Format(time.RFC3339), Bytes: sn.Bytes}
 	text := fmt.Sprintf("snapshot_id: %s\nSession %s goes on; %s with this snapshot_id brings it back to this point.", out.SnapshotID, in.SessionID, RestoreSessionTool)

@@ -120,7 +120,7 @@ func fsPath(field, p string) (string, error) {
 	}
 	p = strings.TrimSuffix(p[1:], "/")
 	if err := spec.ValidatePath(p); err != nil {
-		return "", errdefs.Field(field, "%s", strings.TrimPrefix(err.Error(), "invalid_argument: "))
+		return "", errdefs.Field(field, "%v", err)
 	}
 	first, rest, _ := strings.Cut(p, "/")
 	tree, ok := fsRoots[first]

@@ -44,16 +44,9 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, errdefs.Field(name, "%q is not true or false", clipText(v))
+		return false, errdefs.Field(name, "%q is not true or false", trimHeader(v))
 	}
 	return b, nil
-}
-
-func clipText(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // sessionFS serves every method of /v1/sessions/{id}/fs/{path...}.
@@ -83,6 +76,9 @@ func (s *Server) sessionFS(w http.ResponseWriter, r *http.Request) error {
 		body := io.Reader(r.Body)
 		if fid := r.URL.Query().Get("from_file"); fid != "" {
 			// A stored file of the caller's, copied in (no body).
+			if r.ContentLength != 0 {
+				return errdefs.Field("from_file", "cannot be given with a body: the file is the stored one")
+			}
 			if err := s.filesEnabled(); err != nil {
 				return err
 			}
@@ -188,7 +184,7 @@ func (s *Server) fsPost(w http.ResponseWriter, r *http.Request, fsh FileSession,
 	case "":
 		return errdefs.Field("op", "is required: mkdir, move or store")
 	default:
-		return errdefs.Field("op", "%q is not mkdir, move or store", clipText(q.Get("op")))
+		return errdefs.Field("op", "%q is not mkdir, move or store", trimHeader(q.Get("op")))
 	}
 	res, err := fsh.FS(req)
 	if err != nil {

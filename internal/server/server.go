@@ -487,7 +487,7 @@ func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) er
 	return nil
 }
 
-// trimHeader bounds a header value quoted back to the caller.
+// trimHeader bounds a header or query value quoted back to the caller.
 func trimHeader(v string) string {
 	if len(v) > 64 {
 		return v[:64] + "..."
