@@ -262,6 +262,12 @@ type servers struct{ hs, ts, ms *http.Server }
 // reloading at each SIGHUP, then drains and stops.
 func (d *Daemon) serve(hups <-chan os.Signal) error {
 	cfg, srv := d.cfg, d.srv
+	// Before the first request can be answered: a client (or systemd)
+	// that sees the daemon serve may stop it at once, and a SIGTERM or
+	// SIGINT before Notify would kill it without its teardown (its jails'
+	// mounts left behind).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	sv := servers{hs: srv.HTTPServer()}
 	served := make(chan error, 3) // the socket's server, metrics_listen's and the TLS listener's
 	go func() { served <- sv.hs.Serve(srv.Listen(d.ln, maxConns)) }()
@@ -281,8 +287,6 @@ func (d *Daemon) serve(hups <-chan os.Signal) error {
 		"rootfs", d.engine.Manifest().ImageDigest, "images", d.imgs.names(), "cgroup", jail.CgroupMode(), "max_concurrent", cfg.MaxConcurrent())
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady+"\nSTATUS=serving on "+cfg.Socket)
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 wait:
 	for {
 		select {
