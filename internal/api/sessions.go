@@ -195,3 +195,87 @@ type FSListing struct {
 	Entries   []FSEntry `json:"entries"`
 	Truncated bool      `json:"truncated"`
 }
+
+// CommandRequest is the body of POST /v1/sessions/{id}/commands (issue
+// 29): a command run in the session's jail beside its interpreter. One of
+// Cmd (run by /bin/sh -c) and Argv.
+type CommandRequest struct {
+	Cmd  string   `json:"cmd,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+	// Cwd is its working directory: /workspace (the default), /tmp or
+	// beneath them.
+	Cwd string `json:"cwd,omitempty"`
+	// Env is added to the session's environment for this command.
+	Env   map[string]string `json:"env,omitempty"`
+	Stdin *string           `json:"stdin,omitempty"`
+	// TimeoutMs and OutputBytes bound a foreground command (per stream);
+	// the session's call limits are the defaults and the caller's maxima
+	// the bounds.
+	TimeoutMs   *int64 `json:"timeout_ms,omitempty"`
+	OutputBytes *int64 `json:"output_bytes,omitempty"`
+	// Background: answer at once with the command's id; it runs on.
+	Background bool `json:"background,omitempty"`
+}
+
+// CommandResult is the 200 body of a foreground command.
+type CommandResult struct {
+	CommandID       string       `json:"command_id"`
+	Status          string       `json:"status"`
+	ExitCode        *int         `json:"exit_code"` // null when killed by a signal
+	Signal          *int         `json:"signal"`    // null when it exited
+	Stdout          string       `json:"stdout"`
+	Stderr          string       `json:"stderr"`
+	StdoutTruncated bool         `json:"stdout_truncated"`
+	StderrTruncated bool         `json:"stderr_truncated"`
+	OOMKilled       bool         `json:"oom_killed"`
+	Usage           CommandUsage `json:"usage"`
+}
+
+// CommandUsage is a command's wall and CPU time (its processes').
+type CommandUsage struct {
+	DurationMs int64 `json:"duration_ms"`
+	CPUMs      int64 `json:"cpu_ms"`
+}
+
+// CommandInfo is a background command: the 202 body of its start (no
+// output yet), an entry of GET .../commands, and with its output kept so
+// far (the last 1 MiB of each stream), GET .../commands/{cid}.
+type CommandInfo struct {
+	CommandID string   `json:"command_id"`
+	Argv      []string `json:"argv"`
+	// Pid is its program's pid inside the session (0: unknown).
+	Pid   int    `json:"pid"`
+	State string `json:"state"` // running or exited
+	// Status, ExitCode and Signal are null while it runs.
+	Status    *string    `json:"status"`
+	ExitCode  *int       `json:"exit_code"`
+	Signal    *int       `json:"signal"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+	// CPUMs is the CPU time of its processes, once it ended.
+	CPUMs  int64   `json:"cpu_ms"`
+	Stdout *string `json:"stdout,omitempty"`
+	Stderr *string `json:"stderr,omitempty"`
+	// StdoutDroppedBytes and StderrDroppedBytes count the older output
+	// not kept.
+	StdoutDroppedBytes int64 `json:"stdout_dropped_bytes"`
+	StderrDroppedBytes int64 `json:"stderr_dropped_bytes"`
+}
+
+// CommandList is the answer of GET /v1/sessions/{id}/commands: the
+// session's last 64 background commands, oldest first.
+type CommandList struct {
+	Commands []CommandInfo `json:"commands"`
+}
+
+// CommandStdinRequest is the body of POST .../commands/{cid}/stdin.
+type CommandStdinRequest struct {
+	Data string `json:"data"`
+	// EOF closes the command's stdin after Data.
+	EOF bool `json:"eof,omitempty"`
+}
+
+// CommandSignalRequest is the body of POST .../commands/{cid}/signal.
+type CommandSignalRequest struct {
+	Signal string `json:"signal"`
+}

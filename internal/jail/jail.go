@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -19,7 +20,6 @@ import (
 	"github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
 	"github.com/opencontainers/runc/libcontainer"
-	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
 	"github.com/jaild/jaild/internal/egress"
@@ -66,7 +66,9 @@ type Spec struct {
 	// itself, compiled once by the engine (see filterfd.go), where the
 	// engine has the program and the image's init can (runner feature
 	// "seccomp_fd"); elsewhere libcontainer loads it, as for any jail.
-	// Such a jail's Start takes only the image's init, and Exec nothing.
+	// Such a jail's Start takes only the image's init; Exec starts its
+	// processes under a second copy of that init, which loads the filter
+	// and runs the program as its child (see Exec).
 	InitLoadsFilter bool
 }
 
@@ -120,6 +122,12 @@ type Process struct {
 	// 3 onwards. The caller closes its copies of them after Start.
 	Stdin, Stdout, Stderr *os.File
 	ExtraFiles            []*os.File
+	// Cwd is the working directory; "" is WorkspaceDir.
+	Cwd string
+	// Group (Exec only) names a cgroup beneath the jail's, made for the
+	// process: it and every descendant stay there (a jail cannot move its
+	// processes), so KillGroup ends all of them. "" is the jail's own.
+	Group string
 }
 
 // Create makes a jail (its tmpfs, root, cgroups, namespaces, network) with
@@ -304,56 +312,6 @@ func (j *Jail) holdMountNamespace(proc *libcontainer.Process) {
 	j.mu.Unlock()
 }
 
-// Proc is a further process started in a live jail by Exec.
-type Proc struct {
-	done chan struct{}
-	exit Exit
-}
-
-// Done is closed when the process has ended.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// Exit is how the process ended; valid once Done is closed.
-func (p *Proc) Exit() Exit {
-	<-p.done
-	return p.exit
-}
-
-// Exec starts a further process in the started jail, as runc exec does:
-// in the jail's namespaces and cgroups, as UID:GID in WorkspaceDir, with
-// the jail's rlimits, and (like the first process) no capabilities and
-// no_new_privs. It ends with the jail at the latest.
-func (j *Jail) Exec(p Process) (*Proc, error) {
-	j.mu.Lock()
-	started, l := j.started, j.limits
-	j.mu.Unlock()
-	if !started {
-		return nil, fmt.Errorf("jail %s: Exec before Start", j.id)
-	}
-	if j.filterByInit {
-		// libcontainer would start it without the jail's filter.
-		return nil, fmt.Errorf("jail %s: Exec in a jail whose filter its init loaded", j.id)
-	}
-	select {
-	case <-j.done:
-		return nil, fmt.Errorf("jail %s: its first process has ended", j.id)
-	default:
-	}
-	proc := p.process(l)
-	proc.NoNewPrivileges = ptr(true)
-	proc.Capabilities = &configs.Capabilities{}
-	if err := j.c.Run(proc); err != nil {
-		return nil, fmt.Errorf("exec in jail: %w", err)
-	}
-	pr := &Proc{done: make(chan struct{})}
-	go func() {
-		ps, err := proc.Wait()
-		pr.exit = exitOf(ps, err)
-		close(pr.done)
-	}()
-	return pr, nil
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // process is p in libcontainer's form, as UID:GID in WorkspaceDir with
@@ -364,7 +322,7 @@ func (p Process) process(l Limits) *libcontainer.Process {
 		Env:        p.Env,
 		UID:        UID,
 		GID:        GID,
-		Cwd:        WorkspaceDir,
+		Cwd:        cmp.Or(p.Cwd, WorkspaceDir),
 		ExtraFiles: p.ExtraFiles,
 		Rlimits:    rlimits(l),
 	}
@@ -519,7 +477,7 @@ func (j *Jail) KillAll() {
 	paths := j.cgroups
 	j.mu.Unlock()
 	// One hierarchy's list is enough: a jail cannot make cgroups of its
-	// own.
+	// own. Exec's groups are beneath it.
 	procs, killDir := paths["pids"], ""
 	if cgroups.IsCgroup2UnifiedMode() {
 		procs, killDir = paths[""], paths[""]
@@ -527,7 +485,7 @@ func (j *Jail) KillAll() {
 	if procs == "" {
 		return
 	}
-	j.e.waitEmptyIn(j.id, killDir, func() ([]int, error) { return cgroups.GetPids(procs) })
+	j.e.waitEmptyIn(j.id, killDir, func() ([]int, error) { return cgroups.GetAllPids(procs) })
 }
 
 // Stats are a jail's resource counters.

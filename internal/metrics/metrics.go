@@ -112,6 +112,8 @@ type Metrics struct {
 	poolMisses      prometheus.Counter
 	egress          *prometheus.CounterVec
 	connRefused     *prometheus.CounterVec
+	commands        *prometheus.CounterVec
+	commandBytes    *prometheus.CounterVec
 }
 
 // Buckets in seconds. Queue waits are bounded by admission.queue_wait
@@ -165,9 +167,17 @@ func New(src Sources) *Metrics {
 			Name: "jaild_connections_refused_total",
 			Help: "Connections to the TLS listener or metrics_listen closed by their bounds, by listener (tls, metrics) and reason (evicted: silent, closed to make room; full: no room; max_connections; client_connections).",
 		}, []string{"listener", "reason"}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_session_commands_total",
+			Help: "Commands run in sessions, by kind (foreground, background) and status (background: started, or how one ended).",
+		}, []string{"kind", "status"}),
+		commandBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_session_command_output_bytes_total",
+			Help: "Output of foreground session commands returned to callers, by kind (stdout, stderr).",
+		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(m.runs, m.rejections, m.queueWait, m.jailStart, m.runDuration, m.requestDuration,
-		m.poolHits, m.poolMisses, m.egress, m.connRefused,
+		m.poolHits, m.poolMisses, m.egress, m.connRefused, m.commands, m.commandBytes,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{OpExecute, OpSessionExecute, OpLint, OpFormat} {
@@ -178,6 +188,12 @@ func New(src Sources) *Metrics {
 	}
 	m.egress.WithLabelValues("sent")
 	m.egress.WithLabelValues("received")
+	for _, st := range statuses {
+		m.commands.WithLabelValues("foreground", st)
+	}
+	m.commands.WithLabelValues("background", "started")
+	m.commandBytes.WithLabelValues("stdout")
+	m.commandBytes.WithLabelValues("stderr")
 	m.gauges(src)
 	return m
 }
@@ -278,6 +294,19 @@ func (m *Metrics) Ran(op string, r Run) {
 	}
 	if r.EgressReceived > 0 {
 		m.egress.WithLabelValues("received").Add(float64(r.EgressReceived))
+	}
+}
+
+// Command counts a session command: a foreground one that ended (its
+// status and output bytes) or a background one started (status
+// "started").
+func (m *Metrics) Command(kind, status string, stdout, stderr int) {
+	m.commands.WithLabelValues(kind, status).Inc()
+	if stdout > 0 {
+		m.commandBytes.WithLabelValues("stdout").Add(float64(stdout))
+	}
+	if stderr > 0 {
+		m.commandBytes.WithLabelValues("stderr").Add(float64(stderr))
 	}
 }
 

@@ -189,3 +189,46 @@ func CallFields(req *api.SessionExecuteRequest) error {
 	}
 	return nil
 }
+
+// Command validates a session command into the run service's: cmd (by
+// /bin/sh -c) or argv, the call's defaults and bounds for a foreground
+// one's timeout and output.
+func Command(req *api.CommandRequest, b CallBounds) (*spec.Command, error) {
+	c := &spec.Command{Cwd: req.Cwd, Env: req.Env, Background: req.Background, Timeout: b.Limits.Timeout, OutputBytes: b.Limits.OutputBytes}
+	switch {
+	case req.Cmd != "" && len(req.Argv) > 0:
+		return nil, errdefs.Field("argv", "cannot be given with cmd: one of them")
+	case req.Cmd != "":
+		c.Argv = []string{"/bin/sh", "-c", req.Cmd}
+	case len(req.Argv) > 0:
+		c.Argv = req.Argv
+	default:
+		return nil, errdefs.Field("cmd", "is required (or argv)")
+	}
+	if v := req.TimeoutMs; v != nil {
+		if req.Background {
+			return nil, errdefs.Field("timeout_ms", "is a foreground command's; a background one runs until it ends or is deleted")
+		}
+		if *v < 1 || *v > b.MaxTimeoutMs {
+			return nil, errdefs.Field("timeout_ms", "must be in 1..%d for this caller, got %d", b.MaxTimeoutMs, *v)
+		}
+		c.Timeout = time.Duration(*v) * time.Millisecond
+	}
+	if v := req.OutputBytes; v != nil {
+		if req.Background {
+			return nil, errdefs.Field("output_bytes", "is a foreground command's; a background one keeps the last %d bytes of each stream", spec.CommandRing)
+		}
+		if *v < 1 || *v > b.MaxOutput {
+			return nil, errdefs.Field("output_bytes", "must be in 1..%d for this caller, got %d", b.MaxOutput, *v)
+		}
+		c.OutputBytes = *v
+	}
+	var err error
+	if c.Stdin, err = Stdin(req.Stdin, spec.MaxCommandStdin, "the maximum for a command is"); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

@@ -541,8 +541,10 @@ func (sc *sessionCall) finish() {
 		// meanwhile, and between calls it uses no CPU. A session that
 		// cannot be frozen ends (fail closed): its processes would run
 		// between calls.
+		// A session whose background commands run stays thawed
+		// (commands.go): its files are read as they are.
 		frozen := true
-		if err := freeze(j); err != nil && !ss.isEnded() {
+		if err := ss.freezeUnlessCommands(j); err != nil && !ss.isEnded() {
 			ss.s.log.Error("freeze session; ending it", "id", j.ID(), "err", err)
 			ss.end(spec.EndFreezeFailed)
 			frozen = false

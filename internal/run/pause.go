@@ -59,6 +59,9 @@ func (ss *Session) Pause(table []byte) (PauseInfo, error) {
 	if ss.isEnded() {
 		return PauseInfo{}, ss.endedError()
 	}
+	if err := ss.commandsBlock("pause"); err != nil {
+		return PauseInfo{}, err
+	}
 	if why := ss.s.CheckpointsUnavailable(); why != "" {
 		return PauseInfo{}, errdefs.New(errdefs.ErrUnavailable, "sessions cannot pause on this host: %s", why)
 	}
@@ -440,6 +443,9 @@ func (ss *Session) Fork(n int) (_ []*Session, retErr error) {
 	defer ss.callMu.Unlock()
 	if ss.isEnded() {
 		return nil, ss.endedError()
+	}
+	if err := ss.commandsBlock("fork"); err != nil {
+		return nil, err
 	}
 	if why := ss.s.CheckpointsUnavailable(); why != "" {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "sessions cannot fork on this host: %s", why)

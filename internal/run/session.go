@@ -66,6 +66,10 @@ type Session struct {
 
 	callMu sync.Mutex // held by the call in progress
 
+	cmdMu    sync.Mutex
+	cmds     []*command // background commands, oldest first (commands.go)
+	activity time.Time  // a background command's last output
+
 	mu      sync.Mutex
 	paused  *pausedState // set while the session is on disk
 	pausing bool         // a checkpoint is being made: the jail's end is not the session's

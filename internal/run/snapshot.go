@@ -61,6 +61,9 @@ func (ss *Session) Snapshot(table []byte) (*Snapshot, error) {
 	if ss.isEnded() {
 		return nil, ss.endedError()
 	}
+	if err := ss.commandsBlock("take a snapshot"); err != nil {
+		return nil, err
+	}
 	if why := ss.s.CheckpointsUnavailable(); why != "" {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "sessions cannot take snapshots on this host: %s", why)
 	}
@@ -119,6 +122,9 @@ func (ss *Session) Rollback(sn *Snapshot) (time.Duration, error) {
 	defer ss.callMu.Unlock()
 	if ss.isEnded() {
 		return 0, ss.endedError()
+	}
+	if err := ss.commandsBlock("roll back"); err != nil {
+		return 0, err
 	}
 	if sn.info.Image != ss.image {
 		return 0, errdefs.Field("snapshot_id", "the snapshot is of a session in image %q, this one runs %q", sn.info.Image, ss.image)

@@ -580,6 +580,39 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	resp, body = c.do(exchange{method: "GET", path: fsp + "tmp%2Fa.txt", template: fst, hdr: map[string]string{"If-None-Match": resp.Header.Get("ETag")}})
 	want(resp, body, 304)
+	// A session's commands: foreground, background, its list, output,
+	// stdin, signal and deletion, and the refusals.
+	cp, ct := sp+"/commands", "/v1/sessions/{id}/commands"
+	resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: jsonHdr, body: []byte(`{"cmd": "echo hi"}`)})
+	want(resp, body, 200)
+	for _, bad := range []string{`{}`, `{"cmd": "x", "argv": ["x"]}`, `{"cmd": "x", "cwd": "/etc"}`, `{"cmd": "x", "background": true, "timeout_ms": 5}`, `{"argv": [""]}`} {
+		resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: jsonHdr, body: []byte(bad), badRequest: true})
+		want(resp, body, 400)
+	}
+	resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: jsonHdr, body: []byte(`{"argv": ["sleep", "100"], "background": true}`)})
+	want(resp, body, 202)
+	var bg api.CommandInfo
+	if err := json.Unmarshal(body, &bg); err != nil || bg.CommandID == "" {
+		t.Fatalf("background command: %s %v", body, err)
+	}
+	cip, cit := cp+"/"+bg.CommandID, "/v1/sessions/{id}/commands/{cid}"
+	for _, x := range []struct {
+		x      exchange
+		status int
+	}{
+		{exchange{method: "GET", path: cp, template: ct}, 200},
+		{exchange{method: "GET", path: cip, template: cit}, 200},
+		{exchange{method: "GET", path: cp + "/c-0000000000000000", template: cit}, 404},
+		{exchange{method: "POST", path: cip + "/stdin", template: cit + "/stdin", hdr: jsonHdr, body: []byte(`{"data": "x", "eof": true}`)}, 200},
+		{exchange{method: "POST", path: cip + "/stdin", template: cit + "/stdin", hdr: jsonHdr, body: []byte(`{"data": "x"}`)}, 409},
+		{exchange{method: "POST", path: cip + "/signal", template: cit + "/signal", hdr: jsonHdr, body: []byte(`{"signal": "SIGWINCH"}`), badRequest: true}, 400},
+		{exchange{method: "POST", path: cip + "/signal", template: cit + "/signal", hdr: jsonHdr, body: []byte(`{"signal": "SIGTERM"}`)}, 200},
+		{exchange{method: "DELETE", path: cip, template: cit}, 200},
+		{exchange{method: "DELETE", path: cip, template: cit}, 404},
+	} {
+		resp, body = c.do(x.x)
+		want(resp, body, x.status)
+	}
 	resp, body = c.do(exchange{method: "POST", path: sp + "/fork", template: "/v1/sessions/{id}/fork", hdr: jsonHdr, body: []byte(`{"count": 17}`), badRequest: true})
 	want(resp, body, 400)
 	resp, body = c.do(exchange{method: "DELETE", path: sp, template: "/v1/sessions/{id}"})

@@ -35,6 +35,22 @@ type Handle interface {
 	EndReason() string
 }
 
+// Active is a Handle whose processes may be busy between calls (run.Session's
+// background commands): the idle timeout counts from LastActivity too.
+type Active interface {
+	LastActivity() time.Time
+}
+
+// lastUse is when e was last called or, later, active.
+func lastUse(e *entry) time.Time {
+	if a, ok := e.h.(Active); ok {
+		if t := a.LastActivity(); t.After(e.LastUsed) {
+			return t
+		}
+	}
+	return e.LastUsed
+}
+
 // Pauser is a Handle that can pause to disk (run.Session): Pause
 // checkpoints it, Resume restores it (a call does too), Paused says
 // whether it is on disk.
@@ -895,7 +911,7 @@ func (m *Manager) ReapNow() {
 		case !now.Before(e.Expires):
 			m.markEnded(e, EndExpired)
 			closing = append(closing, e.h)
-		case e.State == StateIdle && now.Sub(e.LastUsed) >= e.IdleTimeout:
+		case e.State == StateIdle && now.Sub(lastUse(e)) >= e.IdleTimeout:
 			if p, ok := e.h.(Pauser); ok && m.cfg.PauseOnIdle && m.checkpointRoom(e.Owner, 0, "") == nil {
 				e.State = StateRunning // no call begins while it pauses
 				pausing = append(pausing, pauseJob{e: e, p: p, record: m.recordOf(e)})

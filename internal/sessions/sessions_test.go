@@ -386,3 +386,41 @@ func addMem(t *testing.T, m *Manager, who Caller, memory int64) (Info, *fakeHand
 	}
 	return info, h
 }
+
+// activeHandle is a session whose background work was last active at a
+// time of the test's choosing.
+type activeHandle struct {
+	*fakeHandle
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (a *activeHandle) LastActivity() time.Time { a.mu.Lock(); defer a.mu.Unlock(); return a.last }
+
+// A session whose background commands write output is not idle: its idle
+// timeout counts from that output too; its ttl still applies.
+func TestReaperCountsActivity(t *testing.T) {
+	m, c := newManager(t)
+	r, err := m.Reserve(Caller{UID: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &activeHandle{fakeHandle: newFake()}
+	if _, err := m.Add(r, h, 10*time.Second, 25*time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.add(8 * time.Second)
+	h.mu.Lock()
+	h.last = c.now()
+	h.mu.Unlock()
+	c.add(8 * time.Second) // 16 s after the last call, 8 after the output
+	m.ReapNow()
+	if h.closed() {
+		t.Fatal("a session with recent background output ended for idleness")
+	}
+	c.add(3 * time.Second) // 11 s after the output
+	m.ReapNow()
+	if !h.closed() || h.EndReason() != "deleted" {
+		t.Fatalf("a session idle past its timeout since its last output lives on")
+	}
+}

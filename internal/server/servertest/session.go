@@ -31,6 +31,8 @@ type Session struct {
 	interrupted chan struct{}
 	pausedAt    time.Time // zero: not paused
 	filesDir    string    // FS's directory, once made
+	cmdSeq      uint64
+	cmds        []*fakeCommand
 }
 
 // NewSession makes a fake session and keeps it in Sessions.

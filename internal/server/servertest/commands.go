@@ -1,0 +1,141 @@
+package servertest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jaild/jaild/internal/errdefs"
+	"github.com/jaild/jaild/internal/run"
+	"github.com/jaild/jaild/internal/run/spec"
+)
+
+// A fake session's commands "echo" their argv (joined by spaces) to
+// stdout and end ok; a background one runs until it is signalled or
+// deleted. Real commands are tested with real jails in internal/run and
+// tests/.
+
+type fakeCommand struct {
+	info  spec.CommandInfo
+	stdin []byte
+	eof   bool
+}
+
+// RunCommand answers a foreground command.
+func (s *Session) RunCommand(_ context.Context, c *spec.Command) (*spec.CommandResult, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.cmdSeq++
+	id := fmt.Sprintf("c-%016x", s.cmdSeq)
+	s.mu.Unlock()
+	return &spec.CommandResult{ID: id, Status: spec.StatusOK, Stdout: []byte(strings.Join(c.Argv, " ")), Duration: time.Millisecond}, nil
+}
+
+// StartCommand starts a fake background command.
+func (s *Session) StartCommand(c *spec.Command) (spec.CommandInfo, error) {
+	if err := c.Validate(); err != nil {
+		return spec.CommandInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmdSeq++
+	fc := &fakeCommand{info: spec.CommandInfo{ID: fmt.Sprintf("c-%016x", s.cmdSeq), Argv: slices.Clone(c.Argv), Pid: 10 + int(s.cmdSeq),
+		State: spec.CommandRunning, Started: time.Now(), Stdout: []byte(strings.Join(c.Argv, " "))}}
+	s.cmds = append(s.cmds, fc)
+	return fc.public(false), nil
+}
+
+func (f *fakeCommand) public(output bool) spec.CommandInfo {
+	in := f.info
+	in.Argv = slices.Clone(in.Argv)
+	if output {
+		in.Stdout, in.Stderr = slices.Clone(f.info.Stdout), []byte{}
+	} else {
+		in.Stdout, in.Stderr = nil, nil
+	}
+	return in
+}
+
+func (s *Session) command(id string) (*fakeCommand, error) {
+	for _, c := range s.cmds {
+		if c.info.ID == id {
+			return c, nil
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrNotFound, "no command %q in this session", id)
+}
+
+// Commands lists the fake background commands.
+func (s *Session) Commands() []spec.CommandInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []spec.CommandInfo{}
+	for _, c := range s.cmds {
+		out = append(out, c.public(false))
+	}
+	return out
+}
+
+// Command is one fake background command with its output.
+func (s *Session) Command(id string) (spec.CommandInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.command(id)
+	if err != nil {
+		return spec.CommandInfo{}, err
+	}
+	return c.public(true), nil
+}
+
+// CommandStdin keeps what is written.
+func (s *Session) CommandStdin(id string, data []byte, eof bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.command(id)
+	if err != nil {
+		return err
+	}
+	if c.eof || c.info.State != spec.CommandRunning {
+		return errdefs.New(errdefs.ErrConflict, "command %s has ended or its stdin was closed", id)
+	}
+	c.stdin = append(c.stdin, data...)
+	c.eof = eof
+	return nil
+}
+
+// SignalCommand ends a fake command as killed by the signal.
+func (s *Session) SignalCommand(id, name string) error {
+	if !slices.Contains(run.CommandSignalNames(), name) {
+		return errdefs.Field("signal", "must be one of %s", strings.Join(run.CommandSignalNames(), ", "))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.command(id)
+	if err != nil {
+		return err
+	}
+	if c.info.State != spec.CommandRunning {
+		return errdefs.New(errdefs.ErrConflict, "command %s has ended", id)
+	}
+	c.info.State, c.info.Status, c.info.Exit, c.info.Signal, c.info.Ended = spec.CommandExited, spec.StatusKilled, -1, 15, time.Now()
+	return nil
+}
+
+// KillCommand forgets a fake command.
+func (s *Session) KillCommand(id string) (spec.CommandInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.command(id)
+	if err != nil {
+		return spec.CommandInfo{}, err
+	}
+	if c.info.State == spec.CommandRunning {
+		c.info.State, c.info.Status, c.info.Exit, c.info.Signal, c.info.Ended = spec.CommandExited, spec.StatusKilled, -1, 9, time.Now()
+	}
+	s.cmds = slices.DeleteFunc(s.cmds, func(x *fakeCommand) bool { return x == c })
+	return c.public(true), nil
+}

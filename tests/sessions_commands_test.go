@@ -1,0 +1,201 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// runCommand runs a command in session id and decodes a 200 answer
+// strictly; other statuses return the raw body.
+func runCommand(t *testing.T, d *daemon, id string, req api.CommandRequest) (int, api.CommandResult, []byte) {
+	t.Helper()
+	var raw json.RawMessage
+	code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/commands", req, &raw)
+	var r api.CommandResult
+	if code == http.StatusOK {
+		if err := strictJSON(raw, &r); err != nil {
+			t.Fatalf("command: %v\n%s", err, raw)
+		}
+	}
+	return code, r, raw
+}
+
+func mustCommand(t *testing.T, d *daemon, id string, req api.CommandRequest) api.CommandResult {
+	t.Helper()
+	code, r, raw := runCommand(t, d, id, req)
+	if code != http.StatusOK {
+		t.Fatalf("command %+v: HTTP %d %s", req, code, raw)
+	}
+	return r
+}
+
+func startBackground(t *testing.T, d *daemon, id string, req api.CommandRequest) api.CommandInfo {
+	t.Helper()
+	req.Background = true
+	var c api.CommandInfo
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/commands", req, &c); code != http.StatusAccepted || c.CommandID == "" {
+		t.Fatalf("background command %+v: HTTP %d %+v", req, code, c)
+	}
+	return c
+}
+
+func getCommand(t *testing.T, d *daemon, id, cid string) api.CommandInfo {
+	t.Helper()
+	var c api.CommandInfo
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+id+"/commands/"+cid, nil, &c); code != http.StatusOK {
+		t.Fatalf("GET command %s: HTTP %d", cid, code)
+	}
+	return c
+}
+
+func waitExited(t *testing.T, d *daemon, id, cid string) api.CommandInfo {
+	t.Helper()
+	var c api.CommandInfo
+	waitFor(t, 30*time.Second, "command "+cid+" to end", func() bool {
+		c = getCommand(t, d, id, cid)
+		return c.State == "exited"
+	})
+	return c
+}
+
+// A session's commands (issue 29) in a real jail: foreground ones with
+// their exit, output, stdin, cwd and env, as the session's user, sharing
+// its files and leaving its interpreter's state alone; their timeout and
+// output bound; nothing a command started outlives it. Background ones
+// run while the session is idle (not frozen), keep their output, take
+// stdin, signals and DELETE (which kills what they started), block a
+// pause naming them, and are capped per session.
+func TestSessionCommands(t *testing.T) {
+	d := startSessionDaemon(t, 0)
+	s := newSession(t, d, api.SessionCreateRequest{})
+	id := s.SessionID
+	mustExec(t, d, id, "n = 42\nopen('from-python.txt', 'w').write('py\\n')")
+
+	// Foreground.
+	r := mustCommand(t, d, id, api.CommandRequest{Cmd: `echo out; echo err >&2; id -u; pwd; cat from-python.txt; echo "$GREETING"; echo cmd > from-cmd.txt; exit 3`,
+		Env: map[string]string{"GREETING": "hello"}})
+	if r.Status != "error" || r.ExitCode == nil || *r.ExitCode != 3 || r.Signal != nil {
+		t.Errorf("exit 3: %+v", r)
+	}
+	if want := "out\n1000\n/workspace\npy\nhello\n"; r.Stdout != want || r.Stderr != "err\n" {
+		t.Errorf("stdout %q stderr %q, want %q and %q", r.Stdout, r.Stderr, want, "err\n")
+	}
+	if !strings.HasPrefix(r.CommandID, "c-") {
+		t.Errorf("command id %q", r.CommandID)
+	}
+	call := mustExec(t, d, id, "print(n, open('from-cmd.txt').read().strip())")
+	if call.Stdout != "42 cmd\n" {
+		t.Errorf("the interpreter after a command: %q, want its state and the command's file", call.Stdout)
+	}
+	if r := mustCommand(t, d, id, api.CommandRequest{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: ptr("shout\n"), Cwd: "/tmp"}); r.Status != "ok" || r.Stdout != "SHOUT\n" {
+		t.Errorf("argv with stdin: %+v", r)
+	}
+	if r := mustCommand(t, d, id, api.CommandRequest{Cmd: "pwd", Cwd: "/tmp"}); r.Stdout != "/tmp\n" {
+		t.Errorf("cwd /tmp: %q", r.Stdout)
+	}
+	if code, _, raw := runCommand(t, d, id, api.CommandRequest{Cmd: "pwd", Cwd: "/workspace/none"}); code != 400 || !strings.Contains(string(raw), `"cwd"`) {
+		t.Errorf("a cwd that does not exist: %d %s", code, raw)
+	}
+	if r := mustCommand(t, d, id, api.CommandRequest{Argv: []string{"no-such-program"}}); r.Status != "error" || r.ExitCode == nil || *r.ExitCode != 127 {
+		t.Errorf("a program not found: %+v", r)
+	}
+	// Bounds: the timeout, the output bound; the program killed by a
+	// signal says so.
+	start := time.Now()
+	if r := mustCommand(t, d, id, api.CommandRequest{Cmd: "sleep 60", TimeoutMs: ptr(int64(500))}); r.Status != "timeout" || r.Signal == nil {
+		t.Errorf("timeout: %+v", r)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("a 500 ms timeout answered after %v", took)
+	}
+	if r := mustCommand(t, d, id, api.CommandRequest{Cmd: "yes", OutputBytes: ptr(int64(1000))}); r.Status != "output_limit" || !r.StdoutTruncated || len(r.Stdout) != 1000 {
+		t.Errorf("output bound: status %s truncated %v %d bytes", r.Status, r.StdoutTruncated, len(r.Stdout))
+	}
+	if r := mustCommand(t, d, id, api.CommandRequest{Cmd: "kill -USR1 $$"}); r.Status != "killed" || r.Signal == nil || *r.Signal != 10 || r.ExitCode != nil {
+		t.Errorf("killed by SIGUSR1: %+v", r)
+	}
+	// What a foreground command started ends with it, even out of its
+	// session and parentage.
+	r = mustCommand(t, d, id, api.CommandRequest{Cmd: `setsid sh -c 'sleep 1000 >/dev/null 2>&1 & echo $!' </dev/null`})
+	pid := strings.TrimSpace(r.Stdout)
+	if pid == "" {
+		t.Fatalf("detached child: %+v", r)
+	}
+	if c := mustExec(t, d, id, fmt.Sprintf("import os; print(os.path.exists('/proc/%s'))", pid)); c.Stdout != "False\n" {
+		t.Errorf("a detached child of a foreground command outlived it (pid %s): %q", pid, c.Stdout)
+	}
+
+	// Background: it runs while the session is idle.
+	tick := startBackground(t, d, id, api.CommandRequest{Cmd: `i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done`})
+	if tick.State != "running" || tick.Pid <= 1 || tick.Status != nil || tick.EndedAt != nil {
+		t.Errorf("started: %+v", tick)
+	}
+	var seen int
+	waitFor(t, 30*time.Second, "ticks while the session is idle", func() bool {
+		c := getCommand(t, d, id, tick.CommandID)
+		seen = strings.Count(*c.Stdout, "tick")
+		return seen >= 5
+	})
+	var list api.CommandList
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+id+"/commands", nil, &list); code != 200 || len(list.Commands) != 1 || list.Commands[0].Stdout != nil {
+		t.Errorf("list: %d %+v", code, list)
+	}
+	// A call runs beside it; the interpreter is still its own.
+	if c := mustExec(t, d, id, "print(n)"); c.Stdout != "42\n" {
+		t.Errorf("a call beside a background command: %q", c.Stdout)
+	}
+	var e api.ErrorBody
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/pause", nil, &e); code != 409 || !strings.Contains(e.Error.Message, tick.CommandID) {
+		t.Errorf("pause with a background command: %d %+v", code, e)
+	}
+	var c api.CommandInfo
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/commands/"+tick.CommandID+"/signal", api.CommandSignalRequest{Signal: "SIGTERM"}, &c); code != 200 {
+		t.Errorf("signal: %d", code)
+	}
+	c = waitExited(t, d, id, tick.CommandID)
+	if c.Status == nil || *c.Status != "killed" || c.Signal == nil || *c.Signal != 15 || c.EndedAt == nil {
+		t.Errorf("after SIGTERM: %+v", c)
+	}
+
+	// stdin, then end of file.
+	cat := startBackground(t, d, id, api.CommandRequest{Argv: []string{"cat"}})
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/commands/"+cat.CommandID+"/stdin", api.CommandStdinRequest{Data: "to cat\n", EOF: true}, &c); code != 200 {
+		t.Errorf("stdin: %d", code)
+	}
+	c = waitExited(t, d, id, cat.CommandID)
+	if c.Status == nil || *c.Status != "ok" || *c.Stdout != "to cat\n" {
+		t.Errorf("cat: %+v stdout %q", c, *c.Stdout)
+	}
+
+	// DELETE kills what it started, detached or not.
+	tree := startBackground(t, d, id, api.CommandRequest{Cmd: `setsid sh -c 'echo $$ > /tmp/detached.pid; exec sleep 1000' >/dev/null 2>&1 </dev/null & sleep 1000`})
+	waitFor(t, 30*time.Second, "the detached process's pid", func() bool {
+		return mustExec(t, d, id, "import os; print(os.path.exists('/tmp/detached.pid') and open('/tmp/detached.pid').read().strip() != '')").Stdout == "True\n"
+	})
+	if code, _ := d.call(t, http.MethodDelete, "/v1/sessions/"+id+"/commands/"+tree.CommandID, nil, &c); code != 200 || c.State != "exited" {
+		t.Errorf("DELETE: %d %+v", code, c)
+	}
+	if got := mustExec(t, d, id, "import os; print(os.path.exists('/proc/' + open('/tmp/detached.pid').read().strip()))").Stdout; got != "False\n" {
+		t.Errorf("a detached process outlived its command's DELETE: %q", got)
+	}
+	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+id+"/commands/"+tree.CommandID, nil, nil); code != 404 {
+		t.Errorf("a deleted command: %d", code)
+	}
+
+	// At most 8 background commands at once.
+	for i := range 8 {
+		_ = i
+		startBackground(t, d, id, api.CommandRequest{Argv: []string{"sleep", "1000"}})
+	}
+	if code, _ := d.call(t, http.MethodPost, "/v1/sessions/"+id+"/commands", api.CommandRequest{Argv: []string{"true"}, Background: true}, &e); code != 429 || !strings.Contains(e.Error.Message, "8") {
+		t.Errorf("a 9th background command: %d %+v", code, e)
+	}
+	// The session's end ends them.
+	deleteSession(t, d, id)
+}
