@@ -68,7 +68,7 @@ type hcase struct {
 // hostileCases is the whole suite, in report order.
 func hostileCases() []hcase {
 	var all []hcase
-	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases(), sessionCases(), storeCases(), listenerCases(), budgetCases(), sessfixCases(), sessMemCases(), pauseCases(), sessFSCases(), mcpCases()} {
+	for _, part := range [][]hcase{fileCases(), kernelCases(), privilegeCases(), leakCases(), exhaustionCases(), daemonCases(), sessionCases(), storeCases(), listenerCases(), budgetCases(), sessfixCases(), sessMemCases(), pauseCases(), sessFSCases(), sessCmdCases(), mcpCases()} {
 		all = append(all, part...)
 	}
 	return all

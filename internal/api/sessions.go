@@ -21,6 +21,10 @@ type SessionCreateRequest struct {
 	// environment are the snapshot's; only idle_timeout_s and ttl_s may
 	// be given with it.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// CPUCores is the session's CPU quota in cores (e.g. 0.5, 2): its
+	// processes together, calls and background commands, use at most that
+	// much CPU time per second. The daemon's sessions.cpu_cores by default.
+	CPUCores *float64 `json:"cpu_cores,omitempty"`
 }
 
 // Session describes a session: the 201 body of POST /v1/sessions, and the
@@ -31,6 +35,8 @@ type Session struct {
 	ExpiresAt    time.Time   `json:"expires_at"`
 	IdleTimeoutS int64       `json:"idle_timeout_s"`
 	Limits       LimitValues `json:"limits"`
+	// CPUCores is the session's CPU quota in cores.
+	CPUCores float64 `json:"cpu_cores"`
 	// State is "idle", "running" (a call is in progress), "paused" (on
 	// disk: its next call restores it) or "ended".
 	State string `json:"state"`

@@ -442,7 +442,16 @@ type Sessions struct {
 	// everyone's (507); 0: no bound.
 	MaxCheckpointMBPerUID int64 `toml:"max_checkpoint_mb_per_uid"`
 	MaxCheckpointMBTotal  int64 `toml:"max_checkpoint_mb_total"`
+	// CPUCores is a session's CPU quota in cores (cgroup cpu controller:
+	// its background commands run between calls), MaxCPUCores the most a
+	// caller may ask (cpu_cores); admins may ask up to MaxCPUCoresCeiling.
+	CPUCores    float64 `toml:"cpu_cores"`
+	MaxCPUCores float64 `toml:"max_cpu_cores"`
 }
+
+// MaxCPUCoresCeiling is the largest CPU quota of a session (the engine's,
+// spec.MaxCPUCores).
+const MaxCPUCoresCeiling = 256
 
 // Network configures egress: whether a run may ask for "internet", who
 // may, and where it may go.
@@ -536,6 +545,7 @@ func Default() Config {
 			CheckpointDir: "/var/lib/jaild/checkpoints", OnIdle: "pause", PausedTTL: Duration{7 * 24 * time.Hour},
 			OnShutdown: "pause", ShutdownPause: Duration{20 * time.Second},
 			MaxCheckpointMBPerUID: 8192, MaxCheckpointMBTotal: 65536,
+			CPUCores: 1, MaxCPUCores: 2,
 		},
 		TLS: TLS{Cert: "/etc/jaild/tls/server.crt", Key: "/etc/jaild/tls/server.key", ClientCA: "/etc/jaild/tls/client-ca.crt", MaxConnections: 1024,
 			MaxHandshakes: 128, MaxHandshakesPerAddress: 8, HandshakeTimeout: Duration{5 * time.Second}},
@@ -837,6 +847,17 @@ func (s *Sessions) validate(defaultMemoryMB int64) error {
 		if d.v < time.Second || d.v > MaxSessionTTL {
 			bad(d.key, "must be in 1s..%v, got %v", MaxSessionTTL, d.v)
 		}
+	}
+	for _, c := range []struct {
+		key string
+		v   float64
+	}{{"cpu_cores", s.CPUCores}, {"max_cpu_cores", s.MaxCPUCores}} {
+		if !(c.v >= 0.01 && c.v <= MaxCPUCoresCeiling) {
+			bad(c.key, "must be in 0.01..%d cores, got %g", MaxCPUCoresCeiling, c.v)
+		}
+	}
+	if s.CPUCores > s.MaxCPUCores {
+		bad("cpu_cores", "(%g) is above sessions.max_cpu_cores (%g)", s.CPUCores, s.MaxCPUCores)
 	}
 	if s.IdleTimeout.Duration > s.MaxIdleTimeout.Duration {
 		bad("idle_timeout", "(%v) is above sessions.max_idle_timeout (%v)", s.IdleTimeout.Duration, s.MaxIdleTimeout.Duration)

@@ -573,6 +573,11 @@ func (j *Jail) Resize(l Limits) (err error) {
 		}
 		_ = cgroups.WriteFile(j.cgroups["memory"], "memory.max_usage_in_bytes", "0")
 	}
+	if l.CPUCores != j.limits.CPUCores || j.resizeFailed {
+		if err := setCPUQuota(j.cgroups, l.CPUCores); err != nil {
+			return fmt.Errorf("set cgroup cpu quota: %w", err)
+		}
+	}
 	if d := l.WorkspaceBytes - j.tmpfsCharged; d > 0 {
 		j.e.chargeTmpfs(d) // up before it can be filled
 		j.tmpfsCharged += d

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -87,6 +88,9 @@ func (e *Engine) config(j *Jail, l Limits) (*configs.Config, error) {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
 			Source: filepath.Join(runDir, "resolv.conf"), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
+	if q, period, ok := cpuQuota(l.CPUCores); ok {
+		spec.Linux.Resources.CPU = &specs.LinuxCPU{Quota: &q, Period: &period}
+	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: id, Spec: spec, NoNewKeyring: false})
 	if err != nil {
 		return nil, fmt.Errorf("jail config: %w", err)
@@ -112,4 +116,35 @@ func rlimits(l Limits) []configs.Rlimit {
 		out = append(out, configs.Rlimit{Type: r.Type, Soft: r.Soft, Hard: r.Hard})
 	}
 	return out
+}
+
+// cpuPeriod is the period of a jail's CPU quota, in microseconds.
+const cpuPeriod = 100_000
+
+// cpuQuota is cores as a CFS quota and period (microseconds); ok is false
+// for no quota.
+func cpuQuota(cores float64) (quota int64, period uint64, ok bool) {
+	if cores <= 0 {
+		return 0, 0, false
+	}
+	return int64(cores * cpuPeriod), cpuPeriod, true
+}
+
+// setCPUQuota writes the jail's CPU quota (cores; 0: none) to its cgroup.
+func setCPUQuota(paths map[string]string, cores float64) error {
+	q, _, ok := cpuQuota(cores)
+	if cgroups.IsCgroup2UnifiedMode() {
+		v := "max " + strconv.Itoa(cpuPeriod)
+		if ok {
+			v = strconv.FormatInt(q, 10) + " " + strconv.Itoa(cpuPeriod)
+		}
+		return cgroups.WriteFile(paths[""], "cpu.max", v)
+	}
+	if !ok {
+		q = -1
+	}
+	if err := cgroups.WriteFile(paths["cpu"], "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
+		return err
+	}
+	return cgroups.WriteFile(paths["cpu"], "cpu.cfs_quota_us", strconv.FormatInt(q, 10))
 }

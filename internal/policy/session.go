@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/config"
 	"github.com/jaild/jaild/internal/errdefs"
 	"github.com/jaild/jaild/internal/peer"
 	"github.com/jaild/jaild/internal/run/spec"
@@ -71,6 +72,18 @@ func (p *Policy) Session(req *api.SessionCreateRequest, image string, who peer.C
 	if err != nil {
 		CloseFiles(files)
 		return nil, err
+	}
+	maxCPU := sc.MaxCPUCores
+	if who.Admin {
+		maxCPU = config.MaxCPUCoresCeiling
+	}
+	limits.CPUCores = sc.CPUCores
+	if v := req.CPUCores; v != nil {
+		if !(*v >= 0.01 && *v <= maxCPU) {
+			CloseFiles(files)
+			return nil, errdefs.Field("cpu_cores", "must be in 0.01..%g for this caller, got %g", maxCPU, *v)
+		}
+		limits.CPUCores = *v
 	}
 	life := limits
 	life.Timeout = out.TTL // RLIMIT_CPU's hard limit: one interpreter's CPU over the session's life

@@ -150,9 +150,9 @@ func (s *Server) sessionFromSnapshot(w http.ResponseWriter, r *http.Request, who
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"limits", req.Limits != nil}, {"env", req.Env != nil}, {"network", req.Network != ""}, {"allow_hosts", req.AllowHosts != nil}, {"files", req.Files != nil}, {"image", req.Image != ""}} {
+	}{{"limits", req.Limits != nil}, {"env", req.Env != nil}, {"network", req.Network != ""}, {"allow_hosts", req.AllowHosts != nil}, {"files", req.Files != nil}, {"image", req.Image != ""}, {"cpu_cores", req.CPUCores != nil}} {
 		if f.set {
-			return sessions.Info{}, errdefs.Field(f.name, "cannot be given with from_snapshot: the session is the snapshot's (its image, limits, environment and files)")
+			return sessions.Info{}, errdefs.Field(f.name, "cannot be given with from_snapshot: the session is the snapshot's (its image, limits, CPU quota, environment and files)")
 		}
 	}
 	sw := sessions.Caller{UID: who.UID, Admin: who.Admin}

@@ -24,7 +24,14 @@ type Limits struct {
 	OpenFiles         int64         // RLIMIT_NOFILE
 	AddressSpaceBytes int64         // RLIMIT_AS
 	StackBytes        int64         // RLIMIT_STACK
+	// CPUCores is the jail's CPU quota (cgroup cpu controller), in cores;
+	// 0: none. Sessions have one: their background commands run between
+	// calls.
+	CPUCores float64
 }
+
+// MaxCPUCores is the largest CPU quota a jail can have.
+const MaxCPUCores = 256
 
 // DefaultLimits are the limits of a run that asks for nothing special.
 func DefaultLimits() Limits {
@@ -76,7 +83,15 @@ func (l Limits) Validate() error {
 		check("open_files", l.OpenFiles, ceilings.OpenFiles),
 		check("address_space_bytes", l.AddressSpaceBytes, ceilings.AddressSpaceBytes),
 		check("stack_bytes", l.StackBytes, ceilings.StackBytes),
+		checkCPU(l.CPUCores),
 	)
+}
+
+func checkCPU(c float64) error {
+	if !(c >= 0 && c <= MaxCPUCores) || c > 0 && c < 0.01 {
+		return errdefs.New(errdefs.ErrInvalidArgument, "limit cpu_cores=%g must be 0 (none) or in 0.01..%d", c, MaxCPUCores)
+	}
+	return nil
 }
 
 // Network is a jail's egress.
