@@ -80,6 +80,10 @@ func init() {
 		{"mkdir", "[flags] ID PATH", "make a directory in a session (-p: and its parents)", "", runSessionMkdir},
 		{"mv", "[flags] ID PATH TO", "move a session's file (never over one that exists)", "", runSessionMove},
 		{"rm-file", "[flags] ID PATH", "remove a session's file or empty directory", "", runSessionRemoveFile},
+		{"run", "[flags] ID [--] COMMAND...", "run a shell command in a session (--bg: in the background, print its ID)", sessionRunHelp, runSessionRun},
+		{"cmds", "[flags] ID", "list a session's background commands", "", runSessionCmds},
+		{"cmd-log", "[flags] ID COMMAND_ID", "print a background command's output kept so far", "", runSessionCmdLog},
+		{"cmd-kill", "[flags] ID COMMAND_ID", "kill a background command and everything it started; print its output", "", runSessionCmdKill},
 		{"rm", "[flags] ID...", "end sessions", "", runSessionRemove},
 	}
 }

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// A session's commands (issue 29): jailctl session run | cmds | cmd-log |
+// cmd-kill, over /v1/sessions/{id}/commands.
+
+const sessionRunHelp = `The command line is run by the session's /bin/sh -c, as ssh runs one:
+its words are joined by spaces. Put -- before it when a word starts with
+a dash: jailctl session run $S -- ls -l.
+
+In the foreground (the default) its stdout and stderr are printed as
+they came and jailctl exits with its exit status (124 after its
+timeout, 128+N when signal N killed it). With --bg it runs on in the
+background and jailctl prints its ID: jailctl session cmd-log $S ID
+shows its output, jailctl session cmd-kill $S ID ends it and everything
+it started.`
+
+// envFlag collects repeated -e NAME=VALUE flags.
+type envFlag map[string]string
+
+func (f envFlag) String() string { return "" }
+
+func (f envFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	f[k] = val
+	return nil
+}
+
+func runSessionRun(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session run")
+	bg := fs.Bool("bg", false, "run it in the background and print its ID")
+	cwd := fs.String("cwd", "", "working `DIR` in the session (default /workspace)")
+	stdin := fs.Bool("i", false, "send jailctl's stdin to the command")
+	timeout := fs.Int64("timeout", 0, "a foreground command's timeout in `MS` (default: the session's call timeout)")
+	jsonOut := fs.Bool("json", false, jsonUsage)
+	env := envFlag{}
+	fs.Var(env, "e", "set `NAME=VALUE` in the command's environment (repeatable)")
+	daemon := targetFlags(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 2, -1)
+	if !ok {
+		return rc
+	}
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	req := api.CommandRequest{Cmd: strings.Join(pos[1:], " "), Cwd: *cwd, Background: *bg}
+	if len(env) > 0 {
+		req.Env = env
+	}
+	if *timeout > 0 {
+		req.TimeoutMs = timeout
+	}
+	if *stdin {
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 1<<20+1))
+		if err != nil {
+			return e.errorf("read stdin: %v", err)
+		}
+		s := string(b)
+		req.Stdin = &s
+	}
+	if *bg {
+		ci, err := c.StartSessionCommand(e.ctx, pos[0], req)
+		if err != nil {
+			return e.daemonError(err)
+		}
+		if *jsonOut {
+			b, _ := json.Marshal(ci)
+			e.printJSON(b)
+		} else {
+			fmt.Fprintln(e.stdout, ci.CommandID)
+		}
+		return exitOK
+	}
+	r, err := c.RunSessionCommand(e.ctx, pos[0], req)
+	if err != nil {
+		return e.daemonError(err)
+	}
+	if *jsonOut {
+		b, _ := json.Marshal(r)
+		e.printJSON(b)
+	} else {
+		io.WriteString(e.stdout, r.Stdout)
+		io.WriteString(e.stderr, r.Stderr)
+		if r.StdoutTruncated || r.StderrTruncated {
+			fmt.Fprintln(e.stderr, "jailctl: the output was cut at its bound (output_limit)")
+		}
+	}
+	return commandExit(r.Status, r.ExitCode, r.Signal)
+}
+
+// commandExit maps a command's end to jailctl's exit status, as exitCode
+// does a run's.
+func commandExit(status string, code, sig *int) int {
+	switch {
+	case status == api.StatusTimeout:
+		return 124
+	case sig != nil && *sig > 0 && *sig < 128:
+		return 128 + *sig
+	case code != nil && *code > 0 && *code < 256:
+		return *code
+	case status == api.StatusOK:
+		return exitOK
+	}
+	return exitError
+}
+
+func runSessionCmds(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session cmds", jsonUsage, sc, args, 1, 1)
+	if !ok {
+		return rc
+	}
+	l, err := a.c.SessionCommands(e.ctx, a.pos[0])
+	if err != nil {
+		return e.daemonError(err)
+	}
+	if a.json {
+		b, _ := json.Marshal(l)
+		e.printJSON(b)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tSTATUS\tPID\tSTARTED\tCOMMAND")
+	for _, ci := range l.Commands {
+		status := "-"
+		if ci.Status != nil {
+			status = *ci.Status
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ci.CommandID, ci.State, status, ci.Pid, ci.StartedAt.Local().Format(time.DateTime), quoteName(strings.Join(ci.Argv, " ")))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runSessionCmdLog(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session cmd-log", jsonUsage, sc, args, 2, 2)
+	if !ok {
+		return rc
+	}
+	ci, err := a.c.SessionCommand(e.ctx, a.pos[0], a.pos[1])
+	if err != nil {
+		return e.daemonError(err)
+	}
+	return e.printCommand(ci, a.json)
+}
+
+func runSessionCmdKill(e *env, sc *subcommand, args []string) int {
+	a, rc, ok := e.ask("session cmd-kill", jsonUsage, sc, args, 2, 2)
+	if !ok {
+		return rc
+	}
+	ci, err := a.c.KillSessionCommand(e.ctx, a.pos[0], a.pos[1])
+	if err != nil {
+		return e.daemonError(err)
+	}
+	return e.printCommand(ci, a.json)
+}
+
+// printCommand prints a command's output kept so far (or its JSON) and,
+// on stderr, how much was dropped.
+func (e *env) printCommand(ci *api.CommandInfo, asJSON bool) int {
+	if asJSON {
+		b, _ := json.Marshal(ci)
+		e.printJSON(b)
+		return exitOK
+	}
+	if ci.Stdout != nil {
+		io.WriteString(e.stdout, *ci.Stdout)
+	}
+	if ci.Stderr != nil {
+		io.WriteString(e.stderr, *ci.Stderr)
+	}
+	if n := ci.StdoutDroppedBytes + ci.StderrDroppedBytes; n > 0 {
+		fmt.Fprintf(e.stderr, "jailctl: %d older bytes of output were not kept\n", n)
+	}
+	return exitOK
+}

@@ -1,0 +1,86 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/jaild/jaild/internal/api"
+)
+
+// A session's commands (/v1/sessions/{id}/commands).
+
+func sessionCommandsPath(id string) string {
+	return "/v1/sessions/" + url.PathEscape(id) + "/commands"
+}
+
+func sessionCommandPath(id, cid string) string {
+	return sessionCommandsPath(id) + "/" + url.PathEscape(cid)
+}
+
+// RunSessionCommand runs a foreground command (req.Background false) to
+// its end.
+func (c *Client) RunSessionCommand(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
+	var out api.CommandResult
+	if err := c.call(ctx, http.MethodPost, sessionCommandsPath(id), req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// StartSessionCommand starts a background command.
+func (c *Client) StartSessionCommand(ctx context.Context, id string, req api.CommandRequest) (*api.CommandInfo, error) {
+	req.Background = true
+	var out api.CommandInfo
+	if err := c.call(ctx, http.MethodPost, sessionCommandsPath(id), req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SessionCommands lists a session's background commands.
+func (c *Client) SessionCommands(ctx context.Context, id string) (*api.CommandList, error) {
+	var out api.CommandList
+	if err := c.call(ctx, http.MethodGet, sessionCommandsPath(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SessionCommand is one background command with its output kept so far.
+func (c *Client) SessionCommand(ctx context.Context, id, cid string) (*api.CommandInfo, error) {
+	var out api.CommandInfo
+	if err := c.call(ctx, http.MethodGet, sessionCommandPath(id, cid), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SessionCommandStdin writes data to a background command's stdin (eof:
+// then closes it).
+func (c *Client) SessionCommandStdin(ctx context.Context, id, cid, data string, eof bool) (*api.CommandInfo, error) {
+	var out api.CommandInfo
+	if err := c.call(ctx, http.MethodPost, sessionCommandPath(id, cid)+"/stdin", api.CommandStdinRequest{Data: data, EOF: eof}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SignalSessionCommand sends a signal (by name: SIGTERM) to a command.
+func (c *Client) SignalSessionCommand(ctx context.Context, id, cid, signal string) (*api.CommandInfo, error) {
+	var out api.CommandInfo
+	if err := c.call(ctx, http.MethodPost, sessionCommandPath(id, cid)+"/signal", api.CommandSignalRequest{Signal: signal}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// KillSessionCommand kills a command and what it started, and returns
+// it as it ended, with its output.
+func (c *Client) KillSessionCommand(ctx context.Context, id, cid string) (*api.CommandInfo, error) {
+	var out api.CommandInfo
+	if err := c.call(ctx, http.MethodDelete, sessionCommandPath(id, cid), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
