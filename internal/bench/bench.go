@@ -39,6 +39,9 @@ type Config struct {
 	Quick bool
 	// PauseOnly limits the run to paused sessions.
 	PauseOnly bool
+	// SessionsOnly limits the run to the sessions' latencies (create, a
+	// call, a command) and memory.
+	SessionsOnly bool
 	// Images are the images to time print(1) in, by name (each a
 	// directory like ImageDir); none: the per-image table is left out.
 	Images map[string]string
@@ -109,6 +112,9 @@ type Sessions struct {
 	CreateCold Stat `json:"create_cold"`
 	CreateWarm Stat `json:"create_warm"`
 	Call       Stat `json:"call_x_plus_1"`
+	// Command is a foreground `echo hi` command in the same live session
+	// (POST .../commands, timed by the client).
+	Command Stat `json:"command_echo"`
 }
 
 func workloads() []Workload {
@@ -162,6 +168,8 @@ func Run(ctx context.Context, cfg Config, log io.Writer) (*Report, error) {
 	phases := []func() error{b.latency, b.backToBack, b.cpu}
 	if cfg.PauseOnly {
 		phases = []func() error{b.pause}
+	} else if cfg.SessionsOnly {
+		phases = []func() error{b.sessionsAndMemory}
 	} else if !cfg.Quick {
 		phases = append(phases, b.throughput, b.sessionsAndMemory, b.pause, b.files, b.images)
 	}
@@ -399,7 +407,13 @@ func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) 
 	if err := warm.sessionCall(id, "x = 1"); err != nil {
 		return out, err
 	}
-	out.Call, err = measure(n, func() error { return warm.sessionCall(id, "x + 1") })
+	if out.Call, err = measure(n, func() error { return warm.sessionCall(id, "x + 1") }); err != nil {
+		return out, err
+	}
+	out.Command, err = measure(n, func() error {
+		_, err := warm.postJSON("/v1/sessions/"+id+"/commands", `{"cmd": "echo hi"}`, http.StatusOK, "command_id")
+		return err
+	})
 	return out, err
 }
 
