@@ -1,8 +1,11 @@
 package tests
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -198,4 +201,96 @@ func TestSessionCommands(t *testing.T) {
 	}
 	// The session's end ends them.
 	deleteSession(t, d, id)
+}
+
+// portGet sends a GET through session id's port proxy.
+func portGet(t *testing.T, d *daemon, id, rest string) (int, []byte) {
+	t.Helper()
+	status, _, body := fsRequest(t, d, "GET", "/v1/sessions/"+id+"/ports/"+rest, nil, nil)
+	return status, body
+}
+
+// echoServer is a background command's program: a TCP server on port
+// that answers an HTTP Upgrade with 101 and then echoes what it gets.
+const echoServer = `
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('127.0.0.1', 8002))
+s.listen()
+while True:
+    c, _ = s.accept()
+    buf = b''
+    while b'\r\n\r\n' not in buf:
+        buf += c.recv(4096)
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n')
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        c.sendall(b)
+    c.close()
+`
+
+// A session's ports (issue 29) through the daemon's proxy, with a real
+// jail: an HTTP server started as a background command is reached while
+// the session is idle, its answers as they are; a port nobody listens on
+// is 502 naming it; a session without a background command is 409; an
+// Upgrade is relayed both ways.
+func TestSessionPorts(t *testing.T) {
+	d := startSessionDaemon(t, 0)
+	s := newSession(t, d, api.SessionCreateRequest{})
+	id := s.SessionID
+	mustExec(t, d, id, "import os\nos.makedirs('site')\nopen('site/hello.txt', 'w').write('hello through the proxy\\n')")
+	if status, body := portGet(t, d, id, "8000/hello.txt"); status != 409 || !strings.Contains(string(body), "background command") {
+		t.Errorf("a port of a session without a background command: %d %s", status, body)
+	}
+	startBackground(t, d, id, api.CommandRequest{Argv: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/workspace/site"}})
+	var status int
+	var body []byte
+	waitFor(t, 30*time.Second, "the session's server", func() bool {
+		status, body = portGet(t, d, id, "8000/hello.txt")
+		return status != 502
+	})
+	if status != 200 || string(body) != "hello through the proxy\n" {
+		t.Errorf("GET through the proxy: %d %q", status, body)
+	}
+	if status, body := portGet(t, d, id, "8000/none"); status != 404 || strings.Contains(string(body), `"error"`) {
+		t.Errorf("the server's own 404 comes back as it is: %d %s", status, body)
+	}
+	if status, body := portGet(t, d, id, "8001/"); status != 502 || !strings.Contains(string(body), "8001") {
+		t.Errorf("a port nobody listens on: %d %s", status, body)
+	}
+	// An upgrade, relayed both ways.
+	startBackground(t, d, id, api.CommandRequest{Argv: []string{"python3", "-c", echoServer}})
+	var c net.Conn
+	var br *bufio.Reader
+	waitFor(t, 30*time.Second, "the echo server", func() bool {
+		c, br = fsRawConn(t, d)
+		fmt.Fprintf(c, "GET /v1/sessions/%s/ports/8002/ws HTTP/1.1\r\nHost: jaild\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", id)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("upgrade: %v", err)
+		}
+		if resp.StatusCode == 502 {
+			c.Close()
+			return false
+		}
+		if resp.StatusCode != 101 {
+			t.Fatalf("upgrade: %s", resp.Status)
+		}
+		return true
+	})
+	for _, msg := range []string{"ping", "a second message"} {
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Errorf("echo through the upgraded connection: %q %v", got, err)
+		}
+	}
+	c.Close()
 }

@@ -25,6 +25,7 @@ var (
 	ErrBusy                 = errors.New("busy")                  // every slot and queue place is taken
 	ErrUnavailable          = errors.New("unavailable")           // the daemon cannot take it now (shutting down, no jail capacity)
 	ErrInsufficientStorage  = errors.New("insufficient_storage")  // the file store or its disk is full
+	ErrBadGateway           = errors.New("bad_gateway")           // a session's port proxied to answered nothing
 	ErrInternal             = errors.New("internal")
 )
 
@@ -45,6 +46,7 @@ var classes = []struct {
 	{ErrBusy, http.StatusServiceUnavailable},
 	{ErrUnavailable, http.StatusServiceUnavailable},
 	{ErrInsufficientStorage, http.StatusInsufficientStorage},
+	{ErrBadGateway, http.StatusBadGateway},
 	{ErrInternal, http.StatusInternalServerError},
 }
 

@@ -2,6 +2,7 @@ package jail
 
 import (
 	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -110,5 +111,51 @@ func TestJailExecGroup(t *testing.T) {
 	j.EndGroup("g3")
 	if _, err := j.Exec(Process{Args: []string{"/bin/true"}, Group: "../x"}); err == nil {
 		t.Error("a group name with a path was accepted")
+	}
+}
+
+// DialLoopback reaches a listener on the jail's loopback, and not one on
+// the host's loopback at the same port.
+func TestJailDialLoopback(t *testing.T) {
+	j, err := testEngine.Create(Spec{Limits: DefaultLimits()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Destroy()
+	if err := j.Start(Process{Args: []string{"/usr/bin/python3", "-c",
+		"import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 7000))\ns.listen()\nwhile True:\n    c, _ = s.accept()\n    c.sendall(b'from the jail')\n    c.close()"}}); err != nil {
+		t.Fatal(err)
+	}
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	var c net.Conn
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err = j.DialLoopback(7000); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // python is starting
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(c, 100))
+	c.Close()
+	if string(b) != "from the jail" {
+		t.Errorf("read %q", b)
+	}
+	port := host.Addr().(*net.TCPAddr).Port
+	if c, err := j.DialLoopback(port); err == nil {
+		c.Close()
+		t.Errorf("DialLoopback(%d) reached the host's listener", port)
+	}
+	// The daemon's thread came back to its own namespace.
+	if c, err := net.Dial("tcp", host.Addr().String()); err != nil {
+		t.Errorf("the host's loopback after DialLoopback: %v", err)
+	} else {
+		c.Close()
 	}
 }

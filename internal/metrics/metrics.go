@@ -114,6 +114,7 @@ type Metrics struct {
 	connRefused     *prometheus.CounterVec
 	commands        *prometheus.CounterVec
 	commandBytes    *prometheus.CounterVec
+	portBytes       *prometheus.CounterVec
 }
 
 // Buckets in seconds. Queue waits are bounded by admission.queue_wait
@@ -175,9 +176,13 @@ func New(src Sources) *Metrics {
 			Name: "jaild_session_command_output_bytes_total",
 			Help: "Output of foreground session commands returned to callers, by kind (stdout, stderr).",
 		}, []string{"kind"}),
+		portBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_session_port_bytes_total",
+			Help: "Bytes proxied to sessions' ports, by direction (sent: to the jail; received: from it).",
+		}, []string{"direction"}),
 	}
 	m.reg.MustRegister(m.runs, m.rejections, m.queueWait, m.jailStart, m.runDuration, m.requestDuration,
-		m.poolHits, m.poolMisses, m.egress, m.connRefused, m.commands, m.commandBytes,
+		m.poolHits, m.poolMisses, m.egress, m.connRefused, m.commands, m.commandBytes, m.portBytes,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{OpExecute, OpSessionExecute, OpLint, OpFormat} {
@@ -194,6 +199,8 @@ func New(src Sources) *Metrics {
 	m.commands.WithLabelValues("background", "started")
 	m.commandBytes.WithLabelValues("stdout")
 	m.commandBytes.WithLabelValues("stderr")
+	m.portBytes.WithLabelValues("sent")
+	m.portBytes.WithLabelValues("received")
 	m.gauges(src)
 	return m
 }
@@ -307,6 +314,16 @@ func (m *Metrics) Command(kind, status string, stdout, stderr int) {
 	}
 	if stderr > 0 {
 		m.commandBytes.WithLabelValues("stderr").Add(float64(stderr))
+	}
+}
+
+// PortBytes counts the bytes of one proxied request to a session's port.
+func (m *Metrics) PortBytes(sent, received int64) {
+	if sent > 0 {
+		m.portBytes.WithLabelValues("sent").Add(float64(sent))
+	}
+	if received > 0 {
+		m.portBytes.WithLabelValues("received").Add(float64(received))
 	}
 }
 

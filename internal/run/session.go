@@ -66,9 +66,10 @@ type Session struct {
 
 	callMu sync.Mutex // held by the call in progress
 
-	cmdMu    sync.Mutex
-	cmds     []*command // background commands, oldest first (commands.go)
-	activity time.Time  // a background command's last output
+	cmdMu     sync.Mutex
+	cmds      []*command // background commands, oldest first (commands.go)
+	activity  time.Time  // a background command's last output
+	portConns int        // proxied connections open (ports.go)
 
 	mu      sync.Mutex
 	paused  *pausedState // set while the session is on disk

@@ -13,6 +13,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -580,6 +581,26 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	resp, body = c.do(exchange{method: "GET", path: fsp + "tmp%2Fa.txt", template: fst, hdr: map[string]string{"If-None-Match": resp.Header.Get("ETag")}})
 	want(resp, body, 304)
+	// A session's ports: a test server stands for the session's port
+	// 8000; another port is 502; the methods pass through.
+	portSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "%s %s", r.Method, r.URL.Path)
+	}))
+	defer portSrv.Close()
+	h.Engine.Ports = map[int]string{8000: portSrv.Listener.Addr().String()}
+	pp, pt := sp+"/ports/", "/v1/sessions/{id}/ports/{port}/{path}"
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		resp, body = c.do(exchange{method: m, path: pp + "8000/a%2Fb", template: pt, hdr: map[string]string{"Content-Type": "text/plain"}, body: []byte("x")})
+		want(resp, body, 200)
+		if string(body) != m+" /a/b" {
+			t.Errorf("%s through the port proxy: %q", m, body)
+		}
+	}
+	resp, body = c.do(exchange{method: "GET", path: pp + "8001/x", template: pt})
+	want(resp, body, 502)
+	resp, body = c.do(exchange{method: "GET", path: pp + "0/x", template: pt, badRequest: true})
+	want(resp, body, 400)
 	// A session's commands: foreground, background, its list, output,
 	// stdin, signal and deletion, and the refusals.
 	cp, ct := sp+"/commands", "/v1/sessions/{id}/commands"

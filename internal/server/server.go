@@ -344,6 +344,11 @@ func (s *Server) routes() []route {
 		{http.MethodDelete, "/v1/sessions/{id}/commands/{cid}", s.deleteCommand},
 		{http.MethodPost, "/v1/sessions/{id}/commands/{cid}/stdin", s.commandStdin},
 		{http.MethodPost, "/v1/sessions/{id}/commands/{cid}/signal", s.signalCommand},
+		{http.MethodGet, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
+		{http.MethodPost, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
+		{http.MethodPut, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
+		{http.MethodPatch, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
+		{http.MethodDelete, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
 		{http.MethodGet, "/v1/sessions/{id}/fs/{path...}", s.sessionFS},
 		{http.MethodPut, "/v1/sessions/{id}/fs/{path...}", s.sessionFS},
 		{http.MethodDelete, "/v1/sessions/{id}/fs/{path...}", s.sessionFS},
@@ -395,7 +400,8 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// ServeMux would redirect a path that is not clean
 		// ("/v1/info/../x"); no endpoint has such a path.
-		if p := r.URL.Path; p == "" || path.Clean(p) != p {
+		// A proxied port's path may end in a slash (a directory's URL).
+		if p := r.URL.Path; p == "" || path.Clean(p) != p && path.Clean(p)+"/" != p {
 			notFound(w, r)
 			return
 		}

@@ -137,3 +137,7 @@ type CommandInfo struct {
 	// CommandRing that were not kept.
 	StdoutDropped, StderrDropped int64
 }
+
+// MaxPortConns bounds the proxied connections open at once to one
+// session's ports.
+const MaxPortConns = 16

@@ -3,6 +3,7 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -138,4 +139,15 @@ func (s *Session) KillCommand(id string) (spec.CommandInfo, error) {
 	}
 	s.cmds = slices.DeleteFunc(s.cmds, func(x *fakeCommand) bool { return x == c })
 	return c.public(true), nil
+}
+
+// DialPort dials the test's server for port (Engine.Ports).
+func (s *Session) DialPort(port int) (net.Conn, error) {
+	s.e.mu.Lock()
+	addr, ok := s.e.Ports[port]
+	s.e.mu.Unlock()
+	if !ok {
+		return nil, errdefs.New(errdefs.ErrBadGateway, "nothing listens on port %d in the session", port)
+	}
+	return net.Dial("tcp", addr)
 }

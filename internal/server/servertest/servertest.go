@@ -41,6 +41,10 @@ type Engine struct {
 	// PoolsValue, when set, is what PoolsByImage reports; else an empty
 	// pool for each image.
 	PoolsValue map[string]run.PoolStats
+	// Ports maps a session's port to the address (host:port) of a server
+	// the test runs for it: a fake session's DialPort dials that (any
+	// other port is refused as nothing listening).
+	Ports map[int]string
 
 	mu       sync.Mutex
 	requests []*run.Request

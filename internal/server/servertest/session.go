@@ -33,6 +33,7 @@ type Session struct {
 	filesDir    string    // FS's directory, once made
 	cmdSeq      uint64
 	cmds        []*fakeCommand
+	e           *Engine // its Ports
 }
 
 // NewSession makes a fake session and keeps it in Sessions.
@@ -40,7 +41,7 @@ func (e *Engine) NewSession(spec run.SessionSpec) (server.Session, error) {
 	if err := spec.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Session{Spec: spec, done: make(chan struct{}), interrupted: make(chan struct{}, 16)}
+	s := &Session{Spec: spec, done: make(chan struct{}), interrupted: make(chan struct{}, 16), e: e}
 	e.mu.Lock()
 	if err := e.sessionErr; err != nil {
 		e.mu.Unlock()
