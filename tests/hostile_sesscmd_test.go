@@ -9,6 +9,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,6 +38,9 @@ func sessCmdCases() []hcase {
 		{id: "S64", cat: catSession, title: "uid 65534 after root's session's commands: run one, list, read, write stdin, signal, delete",
 			expect: "every request is 404 as for a session that never existed; root's command runs on",
 			run:    runCmdOtherUID},
+		{id: "S65", cat: catSession, title: "the port proxy aimed elsewhere: at a port the host listens on (127.0.0.1 of the host), at a port only another session listens on, at ports 0, 65536, -1, \"80@127.0.0.1\" and \"8000%2F..%2F..\", and uid 65534 at the owner's server",
+			expect: "the connection is made in the session's own network namespace: the host's and the other session's listeners are unreachable (502 naming the port); malformed ports 400 naming port, the one with a path in it 404 (no such endpoint); uid 65534 404; the other session's server answers its own owner",
+			run:    runPortElsewhere},
 	}
 }
 
@@ -209,4 +213,57 @@ func runCmdOtherUID(t *testing.T, h *hostile) string {
 		t.Errorf("root's command after uid 65534's requests: %+v", c)
 	}
 	return "every request of uid 65534 404; root's command ran on"
+}
+
+func runPortElsewhere(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	a := ss.open(api.SessionCreateRequest{})
+	b := ss.open(api.SessionCreateRequest{})
+	wantCall(t, ss.exec(b, code("open('mark.txt', 'w').write('session b')")), "ok")
+	cmdReq(t, ss, a, "POST", "", api.CommandRequest{Argv: []string{"sleep", "1000"}, Background: true}, 202, nil)
+	cmdReq(t, ss, b, "POST", "", api.CommandRequest{Argv: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"}, Background: true}, 202, nil)
+	waitFor(t, 30*time.Second, "session b's server", func() bool {
+		status, _, _ := fsRequest(t, h.d, "GET", "/v1/sessions/"+b.id+"/ports/8000/mark.txt", nil, nil)
+		return status == http.StatusOK
+	})
+	host, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	go func() {
+		for {
+			c, err := host.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nhost")
+			c.Close()
+		}
+	}()
+	hostPort := host.Addr().(*net.TCPAddr).Port
+	for _, p := range []int{hostPort, 8000} {
+		status, raw := ss.request(false, "GET", fmt.Sprintf("/v1/sessions/%s/ports/%d/mark.txt", a.id, p), nil)
+		if e := apiError(t, raw); status != http.StatusBadGateway || !strings.Contains(e.Error.Message, fmt.Sprint(p)) {
+			t.Errorf("session a's port %d: HTTP %d %s", p, status, raw)
+		}
+	}
+	if status, raw := ss.request(false, "GET", "/v1/sessions/"+a.id+"/ports/8000%2F..%2F..%2Fx", nil); status != http.StatusNotFound {
+		t.Errorf("a port with a path in it: HTTP %d %s", status, raw)
+	}
+	for _, p := range []string{"0", "65536", "80@127.0.0.1", "-1"} {
+		status, raw := ss.request(false, "GET", "/v1/sessions/"+a.id+"/ports/"+p+"/x", nil)
+		if e := apiError(t, raw); status != http.StatusBadRequest || e.Error.Field != "port" {
+			t.Errorf("port %q: HTTP %d %s", p, status, raw)
+		}
+	}
+	if status, raw := ss.request(true, "GET", "/v1/sessions/"+b.id+"/ports/8000/mark.txt", nil); status != http.StatusNotFound {
+		t.Errorf("uid 65534 at root's server: HTTP %d %s", status, raw)
+	}
+	status, _, raw := fsRequest(t, h.d, "GET", "/v1/sessions/"+b.id+"/ports/8000/mark.txt", nil, nil)
+	if status != http.StatusOK || string(raw) != "session b" {
+		t.Errorf("session b's own server: HTTP %d %q", status, raw)
+	}
+	return "the host's listener and session b's were unreachable from session a's proxy (502 naming the port); the malformed ports 400 naming port, the one with a path in it 404 (no such endpoint); uid 65534 404; session b's server answered its owner"
 }
