@@ -108,6 +108,44 @@ func TestSessionCommands(t *testing.T) {
 	if r := mustCommand(t, d, id, api.CommandRequest{Argv: []string{"no-such-program"}}); r.Status != "error" || r.ExitCode == nil || *r.ExitCode != 127 {
 		t.Errorf("a program not found: %+v", r)
 	}
+	// Streamed, as execute streams.
+	req, _ := http.NewRequest("POST", "http://jaild/v1/sessions/"+id+"/commands", strings.NewReader(`{"cmd": "for i in 1 2 3; do echo $i; sleep 0.1; done; echo done >&2"}`))
+	req.Header.Set("Accept", api.MediaNDJSON)
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var out, errOut strings.Builder
+	var done api.CommandResult
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev struct {
+			Event string          `json:"event"`
+			Data  json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("event %q: %v", sc.Text(), err)
+		}
+		names = append(names, ev.Event)
+		var text api.EventText
+		switch ev.Event {
+		case "stdout":
+			_ = json.Unmarshal(ev.Data, &text)
+			out.WriteString(text.Text)
+		case "stderr":
+			_ = json.Unmarshal(ev.Data, &text)
+			errOut.WriteString(text.Text)
+		case "done":
+			if err := strictJSON(ev.Data, &done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	resp.Body.Close()
+	if names[0] != "start" || names[len(names)-1] != "done" || out.String() != "1\n2\n3\n" || errOut.String() != "done\n" || done.Status != "ok" || done.Stdout != "" {
+		t.Errorf("streamed command: events %v stdout %q stderr %q done %+v", names, out.String(), errOut.String(), done)
+	}
 	// Bounds: the timeout, the output bound; the program killed by a
 	// signal says so.
 	start := time.Now()

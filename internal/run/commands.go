@@ -260,6 +260,10 @@ func (ss *Session) RunCommand(ctx context.Context, c *spec.Command) (*spec.Comma
 	over := func() { once.Do(func() { close(overflow) }) }
 	stdout := &runner.Capture{Limit: c.OutputBytes, OnOverflow: over}
 	stderr := &runner.Capture{Limit: c.OutputBytes, OnOverflow: over}
+	if c.Output != nil {
+		stdout.Sink, stdout.Discard = outputSink{c.Output, 1}, true
+		stderr.Sink, stderr.Discard = outputSink{c.Output, 2}, true
+	}
 	base := j.Stats()
 	start := time.Now()
 	p, err := ss.startCommand(j, c, id, inR, outW, errW)
@@ -270,6 +274,9 @@ func (ss *Session) RunCommand(ctx context.Context, c *spec.Command) (*spec.Comma
 		outR.Close()
 		errR.Close()
 		return nil, err
+	}
+	if c.OnStart != nil {
+		c.OnStart(id)
 	}
 	var drains sync.WaitGroup
 	drains.Go(func() { stdout.Drain(outR) })
@@ -310,6 +317,17 @@ func (ss *Session) RunCommand(ctx context.Context, c *spec.Command) (*spec.Comma
 	res.OOMKilled = j.Stats().OOMKills > base.OOMKills
 	res.Status = commandStatus(res.Status, res.OOMKilled, x)
 	return res, nil
+}
+
+// outputSink hands a stream's kept chunks to an OutputFunc.
+type outputSink struct {
+	f      spec.OutputFunc
+	stream int
+}
+
+func (o outputSink) Write(p []byte) (int, error) {
+	o.f(o.stream, p)
+	return len(p), nil
 }
 
 // waitDrains waits for the output readers; a pipe some process outside

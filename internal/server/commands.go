@@ -96,16 +96,31 @@ func (s *Server) sessionCommand(w http.ResponseWriter, r *http.Request) error {
 	if err := s.reserveRun(r.Context(), o.mem, c.OutputBytes, false); err != nil {
 		return o.fail(err)
 	}
-	release, err := s.admit(r.Context(), who)
+	ctx := r.Context()
+	var live *liveStream
+	if format := streamFormat(r.Header.Get("Accept")); format != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		live = newLiveStream(w, format == api.MediaSSE, cancel, s.pace())
+		c.Output = live.output
+		c.OnStart = func(cid string) { live.begin(w, format, api.EventStartData{RunID: cid}) }
+	}
+	release, err := s.admit(ctx, who)
 	if err != nil {
-		if r.Context().Err() != nil {
+		if ctx.Err() != nil {
 			err = errdefs.New(errdefs.ErrUnavailable, "client went away while queued")
 		}
 		return o.fail(err)
 	}
-	res, err := cs.RunCommand(r.Context(), c)
+	res, err := cs.RunCommand(ctx, c)
 	release()
 	if err != nil {
+		if live != nil && live.begun {
+			s.audit.refused(who, "session_command", err)
+			_ = live.end([]finalEvent{s.errorEvent(r, err)})
+			return nil
+		}
 		return o.fail(err)
 	}
 	s.log.Info("audit", "op", "session_command", "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", id,
@@ -116,6 +131,11 @@ func (s *Server) sessionCommand(w http.ResponseWriter, r *http.Request) error {
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated, OOMKilled: res.OOMKilled,
 		Usage: api.CommandUsage{DurationMs: res.Duration.Milliseconds(), CPUMs: res.CPU.Milliseconds()}}
 	out.ExitCode, out.Signal = exitWire(res.ExitCode, res.Signal)
+	if live != nil {
+		// The output went out as stdout and stderr events.
+		_ = live.end([]finalEvent{{api.EventDone, out, nil}})
+		return nil
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }

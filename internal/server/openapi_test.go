@@ -606,6 +606,13 @@ func TestOpenAPIResponses(t *testing.T) {
 	cp, ct := sp+"/commands", "/v1/sessions/{id}/commands"
 	resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: jsonHdr, body: []byte(`{"cmd": "echo hi"}`)})
 	want(resp, body, 200)
+	for _, accept := range []string{api.MediaNDJSON, api.MediaSSE} {
+		resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: map[string]string{"Content-Type": "application/json", "Accept": accept}, body: []byte(`{"cmd": "echo hi"}`)})
+		want(resp, body, 200)
+		if names := c.events("command "+accept, body, accept == api.MediaSSE, "CommandResult"); len(names) != 3 || names[0] != "start" || names[1] != "stdout" || names[2] != "done" {
+			t.Errorf("streamed command %s: events %v", accept, names)
+		}
+	}
 	for _, bad := range []string{`{}`, `{"cmd": "x", "argv": ["x"]}`, `{"cmd": "x", "cwd": "/etc"}`, `{"cmd": "x", "background": true, "timeout_ms": 5}`, `{"argv": [""]}`} {
 		resp, body = c.do(exchange{method: "POST", path: cp, template: ct, hdr: jsonHdr, body: []byte(bad), badRequest: true})
 		want(resp, body, 400)

@@ -36,6 +36,12 @@ type Command struct {
 	Timeout     time.Duration // a foreground command's
 	OutputBytes int64         // a foreground command's bound per stream
 	Background  bool
+	// Output, when set, receives a foreground command's output as it
+	// arrives (1 stdout, 2 stderr) within OutputBytes; the result's
+	// Stdout and Stderr are then empty. OnStart is called with its id
+	// once it runs.
+	Output  OutputFunc
+	OnStart func(id string)
 }
 
 // Validate checks the command; the error is of class

@@ -33,7 +33,15 @@ func (s *Session) RunCommand(_ context.Context, c *spec.Command) (*spec.CommandR
 	s.cmdSeq++
 	id := fmt.Sprintf("c-%016x", s.cmdSeq)
 	s.mu.Unlock()
-	return &spec.CommandResult{ID: id, Status: spec.StatusOK, Stdout: []byte(strings.Join(c.Argv, " ")), Duration: time.Millisecond}, nil
+	out := []byte(strings.Join(c.Argv, " "))
+	if c.OnStart != nil {
+		c.OnStart(id)
+	}
+	if c.Output != nil {
+		c.Output(1, out)
+		out = nil
+	}
+	return &spec.CommandResult{ID: id, Status: spec.StatusOK, Stdout: out, Duration: time.Millisecond}, nil
 }
 
 // StartCommand starts a fake background command.
