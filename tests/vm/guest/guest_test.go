@@ -477,6 +477,54 @@ print('forked')`, marker)})
 		})
 	})
 
+	t.Run("a session's commands under systemd: a cgroup of their own beneath the session's, its cpu.max, killed whole", func(t *testing.T) {
+		code, b, err := call("POST", "/v1/sessions", map[string]any{"cpu_cores": 0.5})
+		var s struct {
+			ID string `json:"session_id"`
+		}
+		if err != nil || code != 201 || json.Unmarshal(b, &s) != nil || s.ID == "" {
+			t.Fatalf("create session: %d %s %v", code, b, err)
+		}
+		defer call("DELETE", "/v1/sessions/"+s.ID, nil)
+		var fg struct {
+			Status string `json:"status"`
+			Stdout string `json:"stdout"`
+		}
+		code, b, err = call("POST", "/v1/sessions/"+s.ID+"/commands", map[string]any{"cmd": "cat /proc/self/cgroup; id -u"})
+		if err != nil || code != 200 || json.Unmarshal(b, &fg) != nil || fg.Status != "ok" || !strings.HasPrefix(fg.Stdout, "0::/c-") || !strings.HasSuffix(fg.Stdout, "\n1000\n") {
+			t.Fatalf("foreground command: %d %s %v", code, b, err)
+		}
+		var bg struct {
+			ID string `json:"command_id"`
+		}
+		code, b, err = call("POST", "/v1/sessions/"+s.ID+"/commands", map[string]any{"cmd": "setsid sleep 1000 & while :; do :; done", "background": true})
+		if err != nil || code != 202 || json.Unmarshal(b, &bg) != nil || bg.ID == "" {
+			t.Fatalf("background command: %d %s %v", code, b, err)
+		}
+		var group string
+		waitFor(t, time.Minute, "the command's cgroup", func() bool {
+			for _, d := range jailCgroups(t) {
+				if g := filepath.Join(d, bg.ID); dirExists(g) {
+					group = g
+					if m, _ := os.ReadFile(filepath.Join(d, "cpu.max")); strings.TrimSpace(string(m)) != "50000 100000" {
+						t.Errorf("the session's cpu.max: %q", m)
+					}
+					return true
+				}
+			}
+			return false
+		})
+		if procs, _ := os.ReadFile(filepath.Join(group, "cgroup.procs")); len(strings.Fields(string(procs))) < 2 {
+			t.Errorf("the command's cgroup holds %q", procs)
+		}
+		if code, b, err := call("DELETE", "/v1/sessions/"+s.ID+"/commands/"+bg.ID, nil); err != nil || code != 200 {
+			t.Fatalf("delete the command: %d %s %v", code, b, err)
+		}
+		if dirExists(group) {
+			t.Errorf("the command's cgroup %s is left", group)
+		}
+	})
+
 	t.Run("paused sessions under systemd and cgroup v2: the distribution's CRIU probed, then a new enough one pauses a session twice, and paused sessions survive systemctl restart", func(t *testing.T) {
 		type pauseInfo struct {
 			Available bool   `json:"available"`
@@ -961,4 +1009,9 @@ func upstream(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
