@@ -2,13 +2,17 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/loopback"
 )
 
 // A session's commands (issue 29): jailctl session run | cmds | cmd-log |
@@ -185,6 +189,65 @@ func (e *env) printCommand(ci *api.CommandInfo, asJSON bool) int {
 	}
 	if n := ci.StdoutDroppedBytes + ci.StderrDroppedBytes; n > 0 {
 		fmt.Fprintf(e.stderr, "jailctl: %d older bytes of output were not kept\n", n)
+	}
+	return exitOK
+}
+
+const sessionOpenPortHelp = `Serves, on a loopback address of this host, a session's port: a server
+that a background command of the session runs (jailctl session run --bg
+$S -- python3 -m http.server 8000). It prints a URL to open in a browser;
+the URL's first path element is a random token, and a request without it
+is 404. Every request goes through the daemon, as the uid that started
+jailctl. It runs until interrupted (Ctrl-C).`
+
+func runSessionOpenPort(e *env, sc *subcommand, args []string) int {
+	fs := e.flagSet("session open-port")
+	addr := fs.String("listen", "127.0.0.1:0", "the loopback `HOST:PORT` to serve on")
+	daemon := targetFlags(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 2, 2)
+	if !ok {
+		return rc
+	}
+	port, err := strconv.Atoi(pos[1])
+	if err != nil || port < 1 || port > 65535 {
+		return e.usageError("session open-port: PORT must be a TCP port in 1..65535, not %q", pos[1])
+	}
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	if _, err := c.SessionCommands(e.ctx, pos[0]); err != nil {
+		return e.daemonError(err) // no such session: said before serving
+	}
+	l, err := loopback.Listen(*addr, false)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	tok, err := loopback.NewToken()
+	if err != nil {
+		l.Close()
+		return e.errorf("%v", err)
+	}
+	proxy := c.PortProxy(pos[0], port)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if !loopback.IsHostHeader(r.Host) || !tok.Equal(first) {
+			http.NotFound(w, r)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path, r2.URL.RawPath = "/"+rest, ""
+		proxy.ServeHTTP(w, r2)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stderr, "jailctl: serving port %d of session %s; open this URL (it holds the token):\n", port, pos[0])
+	fmt.Fprintf(e.stdout, "http://%s/%s/\n", l.Addr(), tok)
+	go func() {
+		<-e.ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return e.errorf("%v", err)
 	}
 	return exitOK
 }

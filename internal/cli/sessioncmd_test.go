@@ -1,6 +1,13 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -40,5 +47,60 @@ func TestSessionCommandsCLI(t *testing.T) {
 	}
 	if r := jailctl(t, h.Socket, "", "session", "run", "--cwd", "/etc", id, "true"); r.code == 0 || !strings.Contains(r.stderr, "cwd") {
 		t.Errorf("a cwd outside the session's trees: %+v", r)
+	}
+}
+
+// jailctl session open-port serves the session's port (here the fake
+// engine's test server) on a loopback URL whose first element is the
+// token; without it, or with another Host, 404.
+func TestSessionOpenPort(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "session server: %s %s", r.Method, r.URL.RequestURI())
+	}))
+	defer srv.Close()
+	h := newDaemon(t)
+	h.Engine.Ports = map[int]string{8000: srv.Listener.Addr().String()}
+	s := jailctl(t, h.Socket, "", "session", "new")
+	id := strings.TrimSpace(s.stdout)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	outR, outW := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"--socket", h.Socket, "session", "open-port", id, "8000"}, strings.NewReader(""), outW, &stderr)
+		outW.Close()
+	}()
+	line, err := bufio.NewReader(outR).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no URL: %v %s", err, stderr.String())
+	}
+	u := strings.TrimSpace(line)
+	get := func(url, host string) (int, string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(u+"a/b?q=1", ""); code != 200 || body != "session server: GET /a/b?q=1" {
+		t.Errorf("through the URL: %d %q", code, body)
+	}
+	base := u[:strings.LastIndex(strings.TrimSuffix(u, "/"), "/")]
+	if code, _ := get(base+"/a/b", ""); code != 404 {
+		t.Errorf("without the token: %d", code)
+	}
+	if code, _ := get(u+"a/b", "evil.example"); code != 404 {
+		t.Errorf("another Host: %d", code)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d: %s", code, stderr.String())
 	}
 }

@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
+	"strconv"
 
 	"github.com/jaild/jaild/internal/api"
 )
@@ -83,4 +85,21 @@ func (c *Client) KillSessionCommand(ctx context.Context, id, cid string) (*api.C
 		return nil, err
 	}
 	return &out, nil
+}
+
+// PortProxy is a handler that sends each request it gets, its path as
+// the path on the session's server, to the session's port through the
+// daemon (/v1/sessions/{id}/ports/{port}/...), upgrades included.
+func (c *Client) PortProxy(id string, port int) http.Handler {
+	prefix := "/v1/sessions/" + url.PathEscape(id) + "/ports/" + strconv.Itoa(port)
+	base, _ := url.Parse(c.base)
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+			pr.Out.URL.Path = prefix + pr.In.URL.Path
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = base.Host
+		},
+		Transport: c.http.Transport,
+	}
 }
