@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -115,6 +116,13 @@ type Sessions struct {
 	// Command is a foreground `echo hi` command in the same live session
 	// (POST .../commands, timed by the client).
 	Command Stat `json:"command_echo"`
+	// PortProxy is a GET of a small file from python's http.server run
+	// as a background command, through the daemon's port proxy, to its
+	// response's head (timed by the client); PortInJail the same GET made
+	// inside the session (a foreground command of python timing its own
+	// requests): the proxy's cost is the difference.
+	PortProxy  Stat `json:"port_proxy_get"`
+	PortInJail Stat `json:"port_in_jail_get"`
 }
 
 func workloads() []Workload {
@@ -410,11 +418,85 @@ func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) 
 	if out.Call, err = measure(n, func() error { return warm.sessionCall(id, "x + 1") }); err != nil {
 		return out, err
 	}
-	out.Command, err = measure(n, func() error {
+	if out.Command, err = measure(n, func() error {
 		_, err := warm.postJSON("/v1/sessions/"+id+"/commands", `{"cmd": "echo hi"}`, http.StatusOK, "command_id")
 		return err
-	})
+	}); err != nil {
+		return out, err
+	}
+	out.PortProxy, out.PortInJail, err = warm.portLatency(id, n)
 	return out, err
+}
+
+// inJailGets is a foreground command's program: n GETs of
+// http://127.0.0.1:8000/f.txt from inside the session, each timed to its
+// response's head; it prints their times in ms, sorted, space-separated.
+const inJailGets = `import http.client, sys, time
+n = int(sys.argv[1])
+ts = []
+for _ in range(n):
+    c = http.client.HTTPConnection('127.0.0.1', 8000)
+    t = time.perf_counter()
+    c.request('GET', '/f.txt')
+    r = c.getresponse()
+    ts.append((time.perf_counter() - t) * 1000)
+    r.read()
+    c.close()
+print(' '.join('%.3f' % x for x in sorted(ts)))
+`
+
+// portLatency starts python's http.server in session id as a background
+// command and times n GETs through the port proxy and n inside the jail.
+func (d *daemon) portLatency(id string, n int) (proxy, inJail Stat, err error) {
+	if err := d.sessionCall(id, "open('f.txt', 'w').write('x' * 100)"); err != nil {
+		return proxy, inJail, err
+	}
+	cid, err := d.postJSON("/v1/sessions/"+id+"/commands", `{"argv": ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], "background": true}`, http.StatusAccepted, "command_id")
+	if err != nil {
+		return proxy, inJail, err
+	}
+	defer d.del("/v1/sessions/" + id + "/commands/" + cid)
+	get := func() error {
+		resp, err := d.Client.Get("http://jaild/v1/sessions/" + id + "/ports/8000/f.txt")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET through the port proxy: HTTP %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); get() != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return proxy, inJail, errors.New("the session's http.server did not answer within 30 s")
+		}
+	}
+	if proxy, err = measure(n, get); err != nil {
+		return proxy, inJail, err
+	}
+	body, _ := json.Marshal(map[string]any{"argv": []string{"python3", "-c", inJailGets, strconv.Itoa(n)}, "timeout_ms": 60000})
+	resp, err := d.Client.Post("http://jaild/v1/sessions/"+id+"/commands", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return proxy, inJail, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status, Stdout, Stderr string
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != "ok" {
+		return proxy, inJail, fmt.Errorf("the in-jail GETs: %v %+v", err, r)
+	}
+	var ds []float64
+	for _, f := range strings.Fields(r.Stdout) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return proxy, inJail, fmt.Errorf("the in-jail GETs printed %q", r.Stdout)
+		}
+		ds = append(ds, v)
+	}
+	return proxy, stats(ds), nil
 }
 
 func (d *daemon) createSession() (string, error) { return d.createSessionWith("{}") }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,6 +43,7 @@ func (ss *Session) DialPort(port int) (net.Conn, error) {
 		return nil, errdefs.New(errdefs.ErrRateLimited, "the session has %d proxied connections open, the most it may", spec.MaxPortConns)
 	}
 	ss.portConns++
+	ss.activity = time.Now() // a request to its server is use of the session
 	ss.cmdMu.Unlock()
 	c, err := ss.st.j.DialLoopback(port)
 	if err != nil {
