@@ -97,7 +97,7 @@ func runCmdOutlive(t *testing.T, h *hostile) string {
 	var fg api.CommandResult
 	cmdReq(t, ss, s, "POST", "", api.CommandRequest{Cmd: fmt.Sprintf(escape, "fg") + " sleep 0.5"}, 200, &fg)
 	cmdReq(t, ss, s, "DELETE", "/"+bg.CommandID, nil, 200, nil)
-	r := ss.exec(s, code("import os\nfor n in ('bg', 'fg'):\n    pid = open('/tmp/%s.pid' % n).read().strip()\n    print(n, pid != '', os.path.exists('/proc/' + pid))"))
+	r := ss.exec(s, code(livePy+"for n in ('bg', 'fg'):\n    pid = open('/tmp/%s.pid' % n).read().strip()\n    print(n, pid != '', live(pid))"))
 	if r.Stdout != "bg True False\nfg True False\n" {
 		t.Errorf("after DELETE and the foreground end, the escaped processes: %q", r.Stdout)
 	}

@@ -14,6 +14,16 @@ import (
 	"github.com/jaild/jaild/internal/api"
 )
 
+// livePy defines live(pid) in a session: the process exists and is not a
+// zombie (one killed and not reaped yet by the jail's init is not).
+const livePy = `import os
+def live(pid):
+    try:
+        return open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+`
+
 // runCommand runs a command in session id and decodes a 200 answer
 // strictly; other statuses return the raw body.
 func runCommand(t *testing.T, d *daemon, id string, req api.CommandRequest) (int, api.CommandResult, []byte) {
@@ -168,7 +178,7 @@ func TestSessionCommands(t *testing.T) {
 	if pid == "" {
 		t.Fatalf("detached child: %+v", r)
 	}
-	if c := mustExec(t, d, id, fmt.Sprintf("import os; print(os.path.exists('/proc/%s'))", pid)); c.Stdout != "False\n" {
+	if c := mustExec(t, d, id, livePy+fmt.Sprintf("print(live('%s'))", pid)); c.Stdout != "False\n" {
 		t.Errorf("a detached child of a foreground command outlived it (pid %s): %q", pid, c.Stdout)
 	}
 
@@ -222,7 +232,7 @@ func TestSessionCommands(t *testing.T) {
 	if code, _ := d.call(t, http.MethodDelete, "/v1/sessions/"+id+"/commands/"+tree.CommandID, nil, &c); code != 200 || c.State != "exited" {
 		t.Errorf("DELETE: %d %+v", code, c)
 	}
-	if got := mustExec(t, d, id, "import os; print(os.path.exists('/proc/' + open('/tmp/detached.pid').read().strip()))").Stdout; got != "False\n" {
+	if got := mustExec(t, d, id, livePy+"print(live(open('/tmp/detached.pid').read().strip()))").Stdout; got != "False\n" {
 		t.Errorf("a detached process outlived its command's DELETE: %q", got)
 	}
 	if code, _ := d.call(t, http.MethodGet, "/v1/sessions/"+id+"/commands/"+tree.CommandID, nil, nil); code != 404 {
