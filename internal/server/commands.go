@@ -202,39 +202,35 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) commandStdin(w http.ResponseWriter, r *http.Request) error {
-	cs, _, err := s.commandSessionOf(r, "session_command_stdin")
-	if err != nil {
-		return err
-	}
 	var req api.CommandStdinRequest
-	if err := decodeWithin(w, r, &req, maxCommandControlBody); err != nil {
-		return err
-	}
-	if err := cs.CommandStdin(r.PathValue("cid"), []byte(req.Data), req.EOF); err != nil {
-		return err
-	}
-	c, err := cs.Command(r.PathValue("cid"))
-	if err != nil {
-		return err
-	}
-	c.Stdout, c.Stderr = nil, nil
-	writeJSON(w, http.StatusOK, commandWire(c))
-	return nil
+	return s.commandControl(w, r, "session_command_stdin", &req, maxCommandControlBody, func(cs CommandSession, cid string) error {
+		return cs.CommandStdin(cid, []byte(req.Data), req.EOF)
+	})
 }
 
 func (s *Server) signalCommand(w http.ResponseWriter, r *http.Request) error {
-	cs, _, err := s.commandSessionOf(r, "session_command_signal")
+	var req api.CommandSignalRequest
+	return s.commandControl(w, r, "session_command_signal", &req, maxInterruptBody, func(cs CommandSession, cid string) error {
+		return cs.SignalCommand(cid, req.Signal)
+	})
+}
+
+// commandControl serves a POST to a command (stdin, signal): its body,
+// at most limit bytes, decoded into req, then do; the answer is the
+// command without its output.
+func (s *Server) commandControl(w http.ResponseWriter, r *http.Request, op string, req any, limit int64, do func(cs CommandSession, cid string) error) error {
+	cs, _, err := s.commandSessionOf(r, op)
 	if err != nil {
 		return err
 	}
-	var req api.CommandSignalRequest
-	if err := decodeWithin(w, r, &req, maxInterruptBody); err != nil {
+	if err := decodeWithin(w, r, req, limit); err != nil {
 		return err
 	}
-	if err := cs.SignalCommand(r.PathValue("cid"), req.Signal); err != nil {
+	cid := r.PathValue("cid")
+	if err := do(cs, cid); err != nil {
 		return err
 	}
-	c, err := cs.Command(r.PathValue("cid"))
+	c, err := cs.Command(cid)
 	if err != nil {
 		return err
 	}
