@@ -131,14 +131,7 @@ func (f *runFlags) sessionFlags(fs *flag.FlagSet) {
 // jailFlags are --env, --network, --allow-host and --image, of a run or
 // a session.
 func (f *runFlags) jailFlags(fs *flag.FlagSet, whose, runIn string, count func(func(string) error) func(string) error) {
-	fs.Func("env", "set `NAME=VALUE` in "+whose+" environment; repeatable", count(func(s string) error {
-		name, value, ok := strings.Cut(s, "=")
-		if !ok || name == "" {
-			return errors.New("want NAME=VALUE")
-		}
-		f.env[name] = value
-		return nil
-	}))
+	fs.Func("env", "set `NAME=VALUE` in "+whose+" environment; repeatable", count(setEnv(f.env)))
 	fs.Func("network", "`MODE`: none (loopback only, the default) or internet (egress, if the daemon allows it)", count(func(s string) error {
 		f.network = s
 		return nil
@@ -151,6 +144,18 @@ func (f *runFlags) jailFlags(fs *flag.FlagSet, whose, runIn string, count func(f
 		f.image = s
 		return nil
 	}))
+}
+
+// setEnv parses a --env NAME=VALUE into env.
+func setEnv(env map[string]string) func(string) error {
+	return func(s string) error {
+		name, value, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			return errors.New("want NAME=VALUE")
+		}
+		env[name] = value
+		return nil
+	}
 }
 
 // ruffImageUsage is the --image usage of lint and format.

@@ -29,20 +29,6 @@ background and jailctl prints its ID: jailctl session cmd-log $S ID
 shows its output, jailctl session cmd-kill $S ID ends it and everything
 it started.`
 
-// envFlag collects repeated -e NAME=VALUE flags.
-type envFlag map[string]string
-
-func (f envFlag) String() string { return "" }
-
-func (f envFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("want NAME=VALUE, got %q", v)
-	}
-	f[k] = val
-	return nil
-}
-
 func runSessionRun(e *env, sc *subcommand, args []string) int {
 	fs := e.flagSet("session run")
 	bg := fs.Bool("bg", false, "run it in the background and print its ID")
@@ -50,8 +36,8 @@ func runSessionRun(e *env, sc *subcommand, args []string) int {
 	stdin := fs.Bool("i", false, "send jailctl's stdin to the command")
 	timeout := fs.Int64("timeout", 0, "a foreground command's timeout in `MS` (default: the session's call timeout)")
 	jsonOut := fs.Bool("json", false, jsonUsage)
-	env := envFlag{}
-	fs.Var(env, "e", "set `NAME=VALUE` in the command's environment (repeatable)")
+	env := map[string]string{}
+	fs.Func("env", "set `NAME=VALUE` in the command's environment; repeatable", setEnv(env))
 	daemon := targetFlags(fs)
 	pos, rc, ok := e.parseSub(fs, sc, args, 2, -1)
 	if !ok {
