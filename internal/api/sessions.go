@@ -266,12 +266,38 @@ type CommandInfo struct {
 	// not kept.
 	StdoutDroppedBytes int64 `json:"stdout_dropped_bytes"`
 	StderrDroppedBytes int64 `json:"stderr_dropped_bytes"`
+	// Terminal says it is a terminal's shell (GET .../pty): its output
+	// went to the terminal, none is kept.
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 // CommandList is the answer of GET /v1/sessions/{id}/commands: the
 // session's last 64 background commands, oldest first.
 type CommandList struct {
 	Commands []CommandInfo `json:"commands"`
+}
+
+// TerminalControl is a client's text message on a session's terminal
+// (GET /v1/sessions/{id}/pty): {"type":"resize","cols":N,"rows":N}.
+// Input goes in binary messages.
+type TerminalControl struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols,omitempty"`
+	Rows int    `json:"rows,omitempty"`
+}
+
+// TerminalMessage is the daemon's text message on a session's terminal:
+// {"type":"exit"} with how the shell ended, its last message before a
+// normal close; or {"type":"error"} naming what was wrong with a control.
+// The terminal's output goes in binary messages.
+type TerminalMessage struct {
+	Type string `json:"type"` // exit or error
+	// Status, ExitCode and Signal are the exit's (ExitCode null after a
+	// signal, Signal null after an exit).
+	Status   string `json:"status,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   *int   `json:"signal,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // CommandStdinRequest is the body of POST .../commands/{cid}/stdin.

@@ -114,6 +114,7 @@ type Metrics struct {
 	connRefused     *prometheus.CounterVec
 	commands        *prometheus.CounterVec
 	commandBytes    *prometheus.CounterVec
+	terminalBytes   *prometheus.CounterVec
 	portBytes       *prometheus.CounterVec
 }
 
@@ -170,19 +171,23 @@ func New(src Sources) *Metrics {
 		}, []string{"listener", "reason"}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jaild_session_commands_total",
-			Help: "Commands run in sessions, by kind (foreground, background) and status (background: started, or how one ended).",
+			Help: "Commands run in sessions, by kind (foreground, background, terminal) and status (background and terminal: started, or how a terminal's shell ended).",
 		}, []string{"kind", "status"}),
 		commandBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jaild_session_command_output_bytes_total",
 			Help: "Output of foreground session commands returned to callers, by kind (stdout, stderr).",
 		}, []string{"kind"}),
+		terminalBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jaild_session_terminal_bytes_total",
+			Help: "Bytes relayed through sessions' terminals, by direction (sent: typed into the jail; received: its output).",
+		}, []string{"direction"}),
 		portBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "jaild_session_port_bytes_total",
 			Help: "Bytes proxied to sessions' ports, by direction (sent: to the jail; received: from it).",
 		}, []string{"direction"}),
 	}
 	m.reg.MustRegister(m.runs, m.rejections, m.queueWait, m.jailStart, m.runDuration, m.requestDuration,
-		m.poolHits, m.poolMisses, m.egress, m.connRefused, m.commands, m.commandBytes, m.portBytes,
+		m.poolHits, m.poolMisses, m.egress, m.connRefused, m.commands, m.commandBytes, m.terminalBytes, m.portBytes,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{OpExecute, OpSessionExecute, OpLint, OpFormat} {
@@ -197,6 +202,9 @@ func New(src Sources) *Metrics {
 		m.commands.WithLabelValues("foreground", st)
 	}
 	m.commands.WithLabelValues("background", "started")
+	m.commands.WithLabelValues("terminal", "started")
+	m.terminalBytes.WithLabelValues("sent")
+	m.terminalBytes.WithLabelValues("received")
 	m.commandBytes.WithLabelValues("stdout")
 	m.commandBytes.WithLabelValues("stderr")
 	m.portBytes.WithLabelValues("sent")
@@ -314,6 +322,16 @@ func (m *Metrics) Command(kind, status string, stdout, stderr int) {
 	}
 	if stderr > 0 {
 		m.commandBytes.WithLabelValues("stderr").Add(float64(stderr))
+	}
+}
+
+// TerminalBytes counts the bytes of one terminal connection.
+func (m *Metrics) TerminalBytes(sent, received int64) {
+	if sent > 0 {
+		m.terminalBytes.WithLabelValues("sent").Add(float64(sent))
+	}
+	if received > 0 {
+		m.terminalBytes.WithLabelValues("received").Add(float64(received))
 	}
 }
 

@@ -57,6 +57,8 @@ type command struct {
 	signal int
 	cpu    time.Duration
 	killed bool // by Kill
+
+	terminal bool // a terminal's shell (StartTerminal)
 }
 
 // ring keeps the last max bytes written to it and counts the rest.
@@ -522,7 +524,7 @@ func (ss *Session) trimCommandsLocked() {
 }
 
 func (c *command) info(output bool) spec.CommandInfo {
-	in := spec.CommandInfo{ID: c.id, Argv: c.argv, Pid: c.pid, Started: c.started, State: spec.CommandRunning}
+	in := spec.CommandInfo{ID: c.id, Argv: c.argv, Pid: c.pid, Started: c.started, State: spec.CommandRunning, Terminal: c.terminal}
 	select {
 	case <-c.done:
 		c.mu.Lock()
@@ -582,6 +584,9 @@ func (ss *Session) CommandStdin(id string, data []byte, eof bool) error {
 	}
 	if len(data) > spec.MaxCommandStdin {
 		return errdefs.Field("data", "at most %d bytes, got %d", spec.MaxCommandStdin, len(data))
+	}
+	if c.terminal {
+		return errdefs.New(errdefs.ErrConflict, "command %s is a terminal's shell: its input is the terminal's", c.id)
 	}
 	c.stdinMu.Lock()
 	defer c.stdinMu.Unlock()

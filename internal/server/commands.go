@@ -151,7 +151,7 @@ func exitWire(code, sig int) (*int, *int) {
 
 func commandWire(c spec.CommandInfo) api.CommandInfo {
 	out := api.CommandInfo{CommandID: c.ID, Argv: c.Argv, Pid: c.Pid, State: c.State, StartedAt: c.Started.UTC(),
-		CPUMs: c.CPU.Milliseconds(), StdoutDroppedBytes: c.StdoutDropped, StderrDroppedBytes: c.StderrDropped}
+		CPUMs: c.CPU.Milliseconds(), StdoutDroppedBytes: c.StdoutDropped, StderrDroppedBytes: c.StderrDropped, Terminal: c.Terminal}
 	if out.Argv == nil {
 		out.Argv = []string{}
 	}

@@ -344,6 +344,7 @@ func (s *Server) routes() []route {
 		{http.MethodDelete, "/v1/sessions/{id}/commands/{cid}", s.deleteCommand},
 		{http.MethodPost, "/v1/sessions/{id}/commands/{cid}/stdin", s.commandStdin},
 		{http.MethodPost, "/v1/sessions/{id}/commands/{cid}/signal", s.signalCommand},
+		{http.MethodGet, "/v1/sessions/{id}/pty", s.sessionTerminal},
 		{http.MethodGet, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
 		{http.MethodPost, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},
 		{http.MethodPut, "/v1/sessions/{id}/ports/{port}/{path...}", s.sessionPort},

@@ -136,12 +136,81 @@ type CommandInfo struct {
 	Signal  int
 	Started time.Time
 	Ended   time.Time // zero while running
-	CPU     time.Duration
-	Stdout  []byte
-	Stderr  []byte
+	// Terminal says the command is a terminal's shell (StartTerminal):
+	// its output went to the terminal, none is kept.
+	Terminal bool
+	CPU      time.Duration
+	Stdout   []byte
+	Stderr   []byte
 	// StdoutDropped and StderrDropped count the older bytes past
 	// CommandRing that were not kept.
 	StdoutDropped, StderrDropped int64
+}
+
+// Terminal is a shell on a pseudo-terminal in a session (issue 29): the
+// image's bash (its sh where it has none), interactive, its controlling
+// terminal the one the daemon relays. It is a background command of the
+// session, listed and killed as one, and counted in
+// MaxBackgroundCommands.
+type Terminal struct {
+	Cols, Rows int    // 0 is DefaultTerminalCols, DefaultTerminalRows
+	Cwd        string // as a Command's
+	Term       string // TERM; "" is DefaultTerm
+	Env        map[string]string
+}
+
+// TerminalIO is a running terminal: Read its output (io.EOF once the
+// shell and what it started have ended), Write its input.
+type TerminalIO interface {
+	Read(p []byte) (int, error)
+	Write(p []byte) (int, error)
+	// ID is its command's id in the session.
+	ID() string
+	// Resize sets its size; the shell gets SIGWINCH.
+	Resize(cols, rows int) error
+	// Done is closed once the shell and what it started have ended.
+	Done() <-chan struct{}
+	// Close kills what still runs and answers how the shell ended.
+	Close() CommandInfo
+}
+
+// Terminal defaults and bounds.
+const (
+	DefaultTerminalCols = 80
+	DefaultTerminalRows = 24
+	MaxTerminalSize     = 1000 // columns or rows
+	DefaultTerm         = "xterm-256color"
+	maxTermName         = 64
+)
+
+// Validate checks the terminal's request, filling in its defaults; the
+// error is of class errdefs.ErrInvalidArgument and names the field.
+func (t *Terminal) Validate() error {
+	if t.Cols == 0 {
+		t.Cols = DefaultTerminalCols
+	}
+	if t.Rows == 0 {
+		t.Rows = DefaultTerminalRows
+	}
+	if t.Cols < 1 || t.Cols > MaxTerminalSize {
+		return errdefs.Field("cols", "must be in 1..%d, got %d", MaxTerminalSize, t.Cols)
+	}
+	if t.Rows < 1 || t.Rows > MaxTerminalSize {
+		return errdefs.Field("rows", "must be in 1..%d, got %d", MaxTerminalSize, t.Rows)
+	}
+	if t.Term == "" {
+		t.Term = DefaultTerm
+	}
+	if len(t.Term) > maxTermName || strings.TrimLeft(t.Term, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_") != "" {
+		return errdefs.Field("term", "must be a terminal type name (letters, digits, '.+-_'; at most %d bytes)", maxTermName)
+	}
+	if t.Cwd != "" {
+		if err := commandCwd(t.Cwd); err != nil {
+			return err
+		}
+	}
+	c := Command{Argv: []string{"/bin/sh"}, Env: t.Env, Background: true}
+	return c.Validate()
 }
 
 // MaxPortConns bounds the proxied connections open at once to one

@@ -3,9 +3,11 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jaild/jaild/internal/errdefs"
@@ -158,4 +160,81 @@ func (s *Session) DialPort(port int) (net.Conn, error) {
 		return nil, errdefs.New(errdefs.ErrBadGateway, "nothing listens on port %d in the session", port)
 	}
 	return net.Dial("tcp", addr)
+}
+
+// StartTerminal starts a fake terminal: it echoes what is typed, says
+// "size COLSxROWS" on a resize, and its shell ends (exit 0) when "exit\r"
+// is typed.
+func (s *Session) StartTerminal(t *spec.Terminal) (spec.TerminalIO, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.cmdSeq++
+	ft := &fakeTerminal{id: fmt.Sprintf("c-%016x", s.cmdSeq), done: make(chan struct{}), started: time.Now()}
+	s.mu.Unlock()
+	ft.r, ft.w = io.Pipe()
+	return ft, nil
+}
+
+type fakeTerminal struct {
+	id      string
+	started time.Time
+	r       *io.PipeReader
+	w       *io.PipeWriter
+	mu      sync.Mutex
+	typed   []byte
+	done    chan struct{}
+	once    sync.Once
+	killed  bool
+}
+
+func (t *fakeTerminal) ID() string                 { return t.id }
+func (t *fakeTerminal) Done() <-chan struct{}      { return t.done }
+func (t *fakeTerminal) Read(p []byte) (int, error) { return t.r.Read(p) }
+
+func (t *fakeTerminal) Write(p []byte) (int, error) {
+	if _, err := t.w.Write(p); err != nil {
+		return 0, err
+	}
+	t.mu.Lock()
+	t.typed = append(t.typed, p...)
+	exit := strings.HasSuffix(string(t.typed), "exit\r")
+	t.mu.Unlock()
+	if exit {
+		t.end(false)
+	}
+	return len(p), nil
+}
+
+func (t *fakeTerminal) Resize(cols, rows int) error {
+	if cols < 1 || cols > spec.MaxTerminalSize {
+		return errdefs.Field("cols", "must be in 1..%d, got %d", spec.MaxTerminalSize, cols)
+	}
+	if rows < 1 || rows > spec.MaxTerminalSize {
+		return errdefs.Field("rows", "must be in 1..%d, got %d", spec.MaxTerminalSize, rows)
+	}
+	_, err := fmt.Fprintf(t.w, "size %dx%d\r\n", cols, rows)
+	return err
+}
+
+func (t *fakeTerminal) end(killed bool) {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.killed = killed
+		t.mu.Unlock()
+		t.w.Close()
+		close(t.done)
+	})
+}
+
+func (t *fakeTerminal) Close() spec.CommandInfo {
+	t.end(true)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ci := spec.CommandInfo{ID: t.id, Argv: []string{"/bin/bash", "-i"}, State: spec.CommandExited, Started: t.started, Ended: time.Now(), Terminal: true, Status: spec.StatusOK}
+	if t.killed {
+		ci.Status, ci.Exit, ci.Signal = spec.StatusKilled, -1, 9
+	}
+	return ci
 }
