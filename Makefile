@@ -90,9 +90,10 @@ rootfs: deps ## build the default Python rootfs image, python (root; a no-op whe
 rootfs-images: deps ## build every image of rootfs/images: python, python-minimal, python-ml (root; each a no-op when unchanged)
 	bash rootfs/build.sh --cache-dir $(ROOTFS_CACHE) all
 
-vet: lint ## gofmt, go vet and golangci-lint (.golangci.yml)
+vet: lint ## gofmt, go vet (also as test-unit builds: a root test without its !unit tag breaks it) and golangci-lint (.golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet $(BUILDFLAGS) ./...
+	$(GO) vet -trimpath -tags $(TAGS),unit $$($(GO) list ./... | grep -Ev '$(ROOT_PKGS)')
 
 # golangci-lint, built once per version from the module proxy and kept
 # outside the checkout.

@@ -7,6 +7,7 @@ package tests
 // CPU while nothing freezes them, floods of output, and other uids.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
+	"github.com/jaild/jaild/internal/client"
 )
 
 func sessCmdCases() []hcase {
@@ -41,6 +43,9 @@ func sessCmdCases() []hcase {
 		{id: "S65", cat: catSession, title: "the port proxy aimed elsewhere: at a port the host listens on (127.0.0.1 of the host), at a port only another session listens on, at ports 0, 65536, -1, \"80@127.0.0.1\" and \"8000%2F..%2F..\", and uid 65534 at the owner's server",
 			expect: "the connection is made in the session's own network namespace: the host's and the other session's listeners are unreachable (502 naming the port); malformed ports 400 naming port, the one with a path in it 404 (no such endpoint); uid 65534 404; the other session's server answers its own owner",
 			run:    runPortElsewhere},
+		{id: "S66", cat: catSession, title: "a terminal's shell floods escape sequences without end (clear screen, window title, cursor and device reports, the alternate screen, bracketed paste, a clipboard write) while its client reads nothing, then reads, then hangs up",
+			expect: "the daemon relays with backpressure: the jail's writes wait for the client, the daemon's memory stays bounded, the session answers calls meanwhile; the hang-up kills the shell and everything it started",
+			run:    runTerminalFlood},
 	}
 }
 
@@ -186,6 +191,57 @@ func runCmdFlood(t *testing.T, h *hostile) string {
 	}
 	cmdReq(t, ss, s, "DELETE", "/"+bg.CommandID, nil, 200, nil)
 	return "at most the last 1 MiB kept, the rest counted as dropped; the session answered"
+}
+
+func runTerminalFlood(t *testing.T, h *hostile) string {
+	ss := h.sessions(t)
+	defer ss.closeAll()
+	s := ss.open(api.SessionCreateRequest{})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	term, err := client.New(h.d.Socket).Terminal(ctx, s.id, client.TerminalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	flood := `yes "$(printf '\033[2J\033]0;pwned\007\033[6n\033[c\033[?1049h\033[?2004h\033]52;c;cHduZWQ=\007')"` + "\r"
+	if err := term.Send(ctx, []byte(flood)); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing read for 2 s: whatever the flood writes waits.
+	time.Sleep(2 * time.Second)
+	pid := h.d.Cmd.Process.Pid
+	if rss, ceiling := vmRSS(pid), h.rssCeiling(rssCaseSlack); rss > ceiling {
+		t.Errorf("the daemon's RSS during the unread flood: %d MiB, above %d MiB", rss>>20, ceiling>>20)
+	}
+	if r := ss.exec(s, code("print('alive')")); r.Stdout != "alive\n" {
+		t.Errorf("the session during the flood: %q", r.Stdout)
+	}
+	var got int
+	for got < 4<<20 {
+		out, exit, err := term.Next(ctx)
+		if err != nil || exit != nil {
+			t.Fatalf("the flood after %d bytes: %v %+v", got, err, exit)
+		}
+		got += len(out)
+	}
+	if rss, ceiling := vmRSS(pid), h.rssCeiling(rssCaseSlack); rss > ceiling {
+		t.Errorf("the daemon's RSS while relaying the flood: %d MiB, above %d MiB", rss>>20, ceiling>>20)
+	}
+	_ = term.Close()
+	var list api.CommandList
+	waitFor(t, 30*time.Second, "the terminal's shell killed on the hang-up", func() bool {
+		cmdReq(t, ss, s, "GET", "", nil, 200, &list)
+		return len(list.Commands) == 1 && list.Commands[0].State == "exited"
+	})
+	if c := list.Commands[0]; !c.Terminal || c.Status == nil || *c.Status != "killed" {
+		t.Errorf("the terminal after the hang-up: %+v", c)
+	}
+	r := mustCommand(t, h.d, s.id, api.CommandRequest{Cmd: "cat /proc/[0-9]*/comm 2>/dev/null | grep -cx yes || true"})
+	if strings.TrimSpace(r.Stdout) != "0" {
+		t.Errorf("yes processes left after the hang-up: %q", r.Stdout)
+	}
+	return "the flood waited for the client; the daemon's memory stayed bounded and the session answered; the hang-up killed the shell and its flood"
 }
 
 func runCmdOtherUID(t *testing.T, h *hostile) string {

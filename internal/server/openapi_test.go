@@ -252,6 +252,45 @@ func (c *contract) do(x exchange) (*http.Response, []byte) {
 	return resp, body
 }
 
+// upgrade sends a WebSocket upgrade (the terminal's) and validates its
+// request and a 101 answer; the connection is closed at once.
+func (c *contract) upgrade(path, template string) {
+	c.t.Helper()
+	newReq := func() *http.Request {
+		req, err := http.NewRequest("GET", "http://jaild"+path, http.NoBody)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		return req
+	}
+	resp, err := c.hc.Do(newReq())
+	if err != nil {
+		c.t.Fatalf("GET %s (upgrade): %v", path, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		c.t.Fatalf("GET %s (upgrade): HTTP %d", path, resp.StatusCode)
+	}
+	if ok, errs := c.v.ValidateHttpRequest(newReq()); !ok {
+		for _, e := range errs {
+			c.t.Errorf("GET %s: the request breaks the document: %s: %s", path, e.Message, e.Reason)
+		}
+	}
+	resp.Body = http.NoBody
+	if ok, errs := c.v.ValidateHttpResponse(newReq(), resp); !ok {
+		for _, e := range errs {
+			c.t.Errorf("GET %s → 101: the response breaks the document: %s: %s", path, e.Message, e.Reason)
+		}
+	}
+	c.mu.Lock()
+	c.seen["GET "+template+" 101"] = true
+	c.mu.Unlock()
+}
+
 // schema compiles a schema of the document by its JSON pointer.
 func (c *contract) schema(ptr string) *jsonschema.Schema {
 	c.t.Helper()
@@ -601,6 +640,16 @@ func TestOpenAPIResponses(t *testing.T) {
 	want(resp, body, 502)
 	resp, body = c.do(exchange{method: "GET", path: pp + "0/x", template: pt, badRequest: true})
 	want(resp, body, 400)
+	// A session's terminal: the upgrade, and the refusals before it.
+	tp, tt := sp+"/pty", "/v1/sessions/{id}/pty"
+	c.upgrade(tp+"?cols=100&rows=30&term=xterm", tt)
+	upHdr := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	resp, body = c.do(exchange{method: "GET", path: tp, template: tt})
+	want(resp, body, 400)
+	resp, body = c.do(exchange{method: "GET", path: tp + "?cols=0", template: tt, hdr: upHdr, badRequest: true})
+	want(resp, body, 400)
+	resp, body = c.do(exchange{method: "GET", path: tp, template: tt, hdr: map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Origin": "https://elsewhere.example"}})
+	want(resp, body, 403)
 	// A session's commands: foreground, background, its list, output,
 	// stdin, signal and deletion, and the refusals.
 	cp, ct := sp+"/commands", "/v1/sessions/{id}/commands"
@@ -652,6 +701,8 @@ func TestOpenAPIResponses(t *testing.T) {
 		gone = s.SessionID[:len(s.SessionID)-4] + "1111"
 	}
 	resp, body = c.do(exchange{method: "GET", path: "/v1/sessions/" + gone, template: "/v1/sessions/{id}"})
+	want(resp, body, 404)
+	resp, body = c.do(exchange{method: "GET", path: "/v1/sessions/" + gone + "/pty", template: "/v1/sessions/{id}/pty", hdr: map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}})
 	want(resp, body, 404)
 	resp, body = c.do(exchange{method: "GET", path: sample("/v1/sessions/{id}"), template: "/v1/sessions/{id}"})
 	want(resp, body, 409) // an id of an earlier daemon
@@ -796,7 +847,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		for _, m := range methods {
 			ok := false
 			for k := range c.seen {
-				if strings.HasPrefix(k, m+" "+p+" 2") {
+				if strings.HasPrefix(k, m+" "+p+" 2") || strings.HasPrefix(k, m+" "+p+" 101") {
 					ok = true
 				}
 			}

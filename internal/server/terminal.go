@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,6 +56,9 @@ func (s *Server) sessionTerminal(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return o.fail(errdefs.Field("Upgrade", "this endpoint is a WebSocket: send Connection: Upgrade and Upgrade: websocket"))
 	}
+	if err := sameOrigin(r); err != nil {
+		return o.fail(err)
+	}
 	h, _, done, err := s.sessions.Begin(id, sw)
 	if err != nil {
 		return o.fail(err)
@@ -69,8 +73,7 @@ func (s *Server) sessionTerminal(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return o.fail(err)
 	}
-	// Origin checked as browsers need it: a page of another origin cannot
-	// open a terminal with the user's credentials.
+	// Accept checks the origin again, and the rest of the handshake.
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		// Accept answered the client.
@@ -87,6 +90,22 @@ func (s *Server) sessionTerminal(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("audit", "op", "session_terminal_end", "uid", who.UID, "client", who.Client, "pid", who.PID, "session_id", id,
 		"command_id", ci.ID, "status", ci.Status, "exit_code", ci.Exit, "signal", ci.Signal,
 		"bytes_to_jail", sent, "bytes_from_jail", received)
+	return nil
+}
+
+// sameOrigin refuses a browser's request from a page of another origin
+// (its Origin's host is not the request's): such a page must not open a
+// terminal with the user's credentials. Clients that are not browsers
+// send no Origin.
+func sameOrigin(r *http.Request) error {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || !strings.EqualFold(u.Host, r.Host) {
+		return errdefs.New(errdefs.ErrForbidden, "a page of origin %q cannot open a terminal of this daemon (%s)", trimHeader(o), trimHeader(r.Host))
+	}
 	return nil
 }
 

@@ -115,7 +115,7 @@ func TestSessionTerminalProtocol(t *testing.T) {
 		}}},
 		HTTPHeader: http.Header{"Origin": {"https://evil.example"}},
 	})
-	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("a cross-origin terminal: %v %v", resp, err)
 	}
 }
