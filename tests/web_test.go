@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jaild/jaild/internal/api"
 	"github.com/jaild/jaild/internal/daemontest"
 )
 
@@ -145,7 +146,9 @@ func startWeb(t *testing.T, d *daemon) string {
 // Format, the API reference, no cookie in the browser and a reload that
 // keeps working (the token stays in the URL), and the refusal of the page
 // and the API without the token, with a wrong one, with a foreign Host or
-// from another origin. With
+// from another origin; a shell in the terminal tab (typed into, Ctrl-C,
+// its exit status shown, its session ended), and the terminal's
+// WebSocket refused without the token or from another origin. With
 // JAILD_WEB_SCREENSHOT=FILE.png it saves the page after the figure's run
 // (docs/playground.png).
 func TestWebPlayground(t *testing.T) {
@@ -213,6 +216,7 @@ func TestWebPlayground(t *testing.T) {
 			URL    string
 		}
 		ReloadStdout string
+		Terminal     struct{ Text, Status string }
 		Refusals     map[string]struct {
 			Status int
 			Type   string
@@ -253,7 +257,17 @@ func TestWebPlayground(t *testing.T) {
 	if seen.Reload.Status != 200 || seen.Reload.URL != url || seen.ReloadStdout != "42\n" {
 		t.Errorf("the reload: %+v, then stdout %q: want the page at the printed URL and a run printing 42", seen.Reload, seen.ReloadStdout)
 	}
-	for _, k := range []string{"noToken", "wrongToken", "pageNoToken", "pageWrongToken", "foreignHost", "crossOrigin"} {
+	if !strings.Contains(seen.Terminal.Text, "m42 xterm-256color") || !strings.Contains(seen.Terminal.Text, "m6") || strings.Contains(seen.Terminal.Text, "n4") ||
+		!strings.Contains(seen.Terminal.Status, "exited with status 3") {
+		t.Errorf("the terminal tab: %+v", seen.Terminal)
+	}
+	// The terminal's session ended with its shell.
+	var sessions api.SessionList
+	code, _ := d.call(t, "GET", "/v1/sessions", nil, &sessions)
+	if code != 200 || len(sessions.Sessions) != 1 || sessions.Sessions[0].State != "ended" {
+		t.Errorf("sessions after the terminal tab: HTTP %d %+v; want the terminal's, ended", code, sessions)
+	}
+	for _, k := range []string{"noToken", "wrongToken", "pageNoToken", "pageWrongToken", "foreignHost", "crossOrigin", "terminalNoToken", "terminalWrongToken", "terminalCrossOrigin"} {
 		if r := seen.Refusals[k]; r.Status != 403 || r.Type != "forbidden" {
 			t.Errorf("%s: %+v, want 403 forbidden", k, r)
 		}

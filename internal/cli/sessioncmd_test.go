@@ -104,3 +104,25 @@ func TestSessionOpenPort(t *testing.T) {
 		t.Errorf("exit %d: %s", code, stderr.String())
 	}
 }
+
+// jailctl session shell with piped input against the fake terminal, which
+// echoes what is typed and ends on a Ctrl-D: the input is typed as it
+// is, its end is a Ctrl-D, the output is the terminal's, and the exit
+// status is the shell's. A real shell on a real terminal is tested in
+// tests/.
+func TestSessionShellCLI(t *testing.T) {
+	h := newDaemon(t)
+	s := jailctl(t, h.Socket, "", "session", "new")
+	if s.code != 0 {
+		t.Fatalf("session new: %+v", s)
+	}
+	id := strings.TrimSpace(s.stdout)
+	r := jailctl(t, h.Socket, "echo hi\n", "session", "shell", id)
+	if r.code != 0 || r.stdout != "echo hi\n\x04" {
+		t.Errorf("shell: %+v", r)
+	}
+	r = jailctl(t, h.Socket, "", "session", "shell", "--cwd", "/etc", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "cwd") {
+		t.Errorf("shell --cwd /etc: %+v", r)
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jaild/jaild/internal/api"
@@ -61,6 +62,7 @@ type Server struct {
 	token       loopback.Token
 	allowRemote bool
 	assets      fs.FS
+	terms       sync.WaitGroup // the terminals open (each ends its session)
 }
 
 // New returns a playground that forwards to c, with a fresh token of 32
@@ -89,7 +91,8 @@ func (s *Server) URL(addr net.Addr) string {
 }
 
 // Handler serves the page (GET /?token=TOKEN), its assets (GET
-// /assets/NAME, no token) and the API (TokenHeader). Every error is the
+// /assets/NAME, no token) and the API (TokenHeader; the terminal's
+// WebSocket, GET /api/terminal, takes it as a subprotocol). Every error is the
 // daemon's JSON error body: 403 forbidden for a missing or wrong token, a
 // Host that is not loopback or a cross-origin request; 413 too_large for a
 // body over MaxBodyBytes; the daemon's own status and body for what it
@@ -101,6 +104,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/format", forward[api.FormatRequest](s, "/v1/format"))
 	mux.HandleFunc("GET /api/info", s.get("/v1/info"))
 	mux.HandleFunc("GET /api/openapi.json", s.get("/v1/openapi.json"))
+	mux.HandleFunc("GET /api/terminal", s.terminal)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.New(errdefs.ErrNotFound, "no API %s %s", r.Method, r.URL.Path))
 	})
@@ -140,7 +144,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		switch {
 		case (r.Method == http.MethodGet || r.Method == http.MethodHead) && path.Dir(r.URL.Path) == "/assets" && path.Clean(r.URL.Path) == r.URL.Path,
 			s.valid(r.Header.Get(TokenHeader)),
-			!isAPI && s.valid(r.URL.Query().Get("token")):
+			!isAPI && s.valid(r.URL.Query().Get("token")),
+			r.URL.Path == "/api/terminal" && s.valid(tokenProtocol(r)):
 			next.ServeHTTP(w, r)
 		case isAPI:
 			writeError(w, errdefs.New(errdefs.ErrForbidden, "no token: send the token jailctl web printed in the %s header", TokenHeader))
@@ -296,7 +301,10 @@ func writeError(w http.ResponseWriter, err error) {
 // Serve serves Handler on l until ctx is done (nil) or serving fails.
 // Requests in flight get a second to finish.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		// A terminal's connection is hijacked, out of Shutdown's reach:
+		// ctx's end ends it, and its session.
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	select {
@@ -308,6 +316,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer cancel()
 	if err := srv.Shutdown(grace); err != nil {
 		srv.Close()
+	}
+	ended := make(chan struct{})
+	go func() {
+		s.terms.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
 	}
 	return nil
 }

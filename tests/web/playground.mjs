@@ -1,8 +1,8 @@
 // Drives jailctl web's playground in Debian's Chromium: types code, runs
 // it and sees the output and an inline figure, an exception's line
 // marked, a timeout from the limits, a returned file downloaded, Lint's
-// marked line and a syntax error marked as an error, Format's new text and
-// the API reference; that the browser holds no cookie for the playground
+// marked line and a syntax error marked as an error, Format's new text,
+// the API reference and a shell in the terminal tab; that the browser holds no cookie for the playground
 // and that a reload (the token still in the address bar) works; then that
 // requests without the token, with a foreign Host or from another origin
 // are refused.
@@ -176,6 +176,33 @@ print("lowest of the damped cosine:", round(float(y.min()), 3))
   check(seen.reference.ops.some((o) => o.startsWith('POST /v1/execute')) && seen.reference.schemas > 0, 'it lists POST /v1/execute and schemas');
   await page.click('.tab[data-tab="play"]');
 
+  // The terminal tab: a shell in a session of its own, typed into as a
+  // person types (xterm.js's keyboard input), its output read from the
+  // rendered rows; exit ends it with its status shown.
+  await page.click('.tab[data-tab="term"]');
+  await page.waitForFunction(() => document.getElementById('term-status').textContent.startsWith('A shell'));
+  const rowsText = () => page.evaluate(() => document.querySelector('#terminal .xterm-rows')?.textContent ?? '');
+  await page.waitForFunction(() => /[$#] *$/.test((document.querySelector('#terminal .xterm-rows')?.innerText ?? '').trimEnd()));
+  await page.click('#terminal');
+  await page.keyboard.type('echo m$((6*7)) $TERM');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => (document.querySelector('#terminal .xterm-rows')?.textContent ?? '').includes('m42 xterm-256color'));
+  await page.keyboard.type('sleep 300; echo n$((2+2))');
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(500);
+  await page.keyboard.press('Control+C');
+  await page.keyboard.type('echo m$((3+3))');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => (document.querySelector('#terminal .xterm-rows')?.textContent ?? '').includes('m6'));
+  seen.terminal = { text: await rowsText() };
+  check(!seen.terminal.text.includes('n4'), 'Ctrl-C interrupted the foreground job');
+  await page.keyboard.type('exit 3');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.getElementById('term-status').textContent.includes('exited with status 3'));
+  seen.terminal.status = await page.textContent('#term-status');
+  seen.terminal.text = await rowsText();
+  await page.click('.tab[data-tab="play"]');
+
   // No cookie: browsers send a host's cookies to its every port, so one
   // would give the token to every other server on 127.0.0.1.
   seen.cookies = await context.cookies();
@@ -210,6 +237,7 @@ function request(method, path, headers, body) {
 }
 
 const json = { 'Content-Type': 'application/json' };
+const upgrade = { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': 'dGhlIHNhbXBsZSBub25jZQ==' };
 const code = JSON.stringify({ code: 'print(1)' });
 seen.refusals = {
   withToken: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': token }, code),
@@ -219,9 +247,12 @@ seen.refusals = {
   pageWrongToken: await request('GET', `/?token=${'0'.repeat(64)}`, {}),
   foreignHost: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': token, Host: 'evil.example.com' }, code),
   crossOrigin: await request('POST', '/api/lint', { ...json, 'X-Jaild-Token': token, Origin: 'http://evil.example.com' }, code),
+  terminalNoToken: await request('GET', '/api/terminal', { ...upgrade, 'Sec-WebSocket-Protocol': 'jaild-terminal' }),
+  terminalWrongToken: await request('GET', '/api/terminal', { ...upgrade, 'Sec-WebSocket-Protocol': `jaild-terminal, jaild-token.${'0'.repeat(64)}` }),
+  terminalCrossOrigin: await request('GET', '/api/terminal', { ...upgrade, 'Sec-WebSocket-Protocol': `jaild-terminal, jaild-token.${token}`, Origin: 'http://evil.example.com' }),
 };
 check(seen.refusals.withToken.status === 200, 'the token is accepted');
-for (const k of ['noToken', 'wrongToken', 'pageNoToken', 'pageWrongToken', 'foreignHost', 'crossOrigin']) {
+for (const k of ['noToken', 'wrongToken', 'pageNoToken', 'pageWrongToken', 'foreignHost', 'crossOrigin', 'terminalNoToken', 'terminalWrongToken', 'terminalCrossOrigin']) {
   check(seen.refusals[k].status === 403 && seen.refusals[k].type === 'forbidden', `${k} is refused with 403 forbidden`);
 }
 console.log(JSON.stringify(seen));

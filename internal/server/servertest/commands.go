@@ -164,7 +164,7 @@ func (s *Session) DialPort(port int) (net.Conn, error) {
 
 // StartTerminal starts a fake terminal: it echoes what is typed, says
 // "size COLSxROWS" on a resize, and its shell ends (exit 0) when "exit\r"
-// is typed.
+// or a Ctrl-D is typed.
 func (s *Session) StartTerminal(t *spec.Terminal) (spec.TerminalIO, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (t *fakeTerminal) Write(p []byte) (int, error) {
 	}
 	t.mu.Lock()
 	t.typed = append(t.typed, p...)
-	exit := strings.HasSuffix(string(t.typed), "exit\r")
+	exit := strings.HasSuffix(string(t.typed), "exit\r") || strings.HasSuffix(string(t.typed), "\x04")
 	t.mu.Unlock()
 	if exit {
 		t.end(false)

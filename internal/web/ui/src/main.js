@@ -7,6 +7,7 @@ import { EditorSelection, StateEffect, StateField } from '@codemirror/state';
 import { Decoration, EditorView, keymap } from '@codemirror/view';
 
 import { renderReference } from './apiref.js';
+import { openTerminal } from './terminal.js';
 import { h } from './dom.js';
 import './style.css';
 
@@ -220,13 +221,27 @@ $('run').onclick = run;
 $('lint').onclick = lint;
 $('format').onclick = format;
 
-// Tabs: the reference is fetched when first shown.
+// Tabs: the reference is fetched when first shown; the terminal opens
+// when its tab is shown (again after its shell ended) and closes when
+// another tab is.
 let reference = null;
+let closeTerminal = null;
+$('term-new').onclick = () => {
+  if (closeTerminal) closeTerminal();
+  closeTerminal = openTerminal($('terminal'), $('term-status'), token);
+};
 for (const tab of document.querySelectorAll('.tab')) {
   tab.onclick = () => {
     for (const t of document.querySelectorAll('.tab')) t.setAttribute('aria-selected', String(t === tab));
     $('play').hidden = tab.dataset.tab !== 'play';
     $('ref').hidden = tab.dataset.tab !== 'ref';
+    $('term').hidden = tab.dataset.tab !== 'term';
+    if (tab.dataset.tab === 'term' && !closeTerminal) {
+      closeTerminal = openTerminal($('terminal'), $('term-status'), token);
+    } else if (tab.dataset.tab !== 'term' && closeTerminal) {
+      closeTerminal();
+      closeTerminal = null;
+    }
     if (tab.dataset.tab === 'ref' && !reference) {
       reference = api('GET', 'openapi.json')
         .then((doc) => renderReference($('ref'), doc))
