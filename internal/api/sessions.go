@@ -37,6 +37,10 @@ type Session struct {
 	Limits       LimitValues `json:"limits"`
 	// CPUCores is the session's CPU quota in cores.
 	CPUCores float64 `json:"cpu_cores"`
+	// CPUMs is the CPU time the session's processes have used so far,
+	// its interpreter's, commands' and terminals' together (0 where the
+	// daemon cannot tell).
+	CPUMs int64 `json:"cpu_ms"`
 	// State is "idle", "running" (a call is in progress), "paused" (on
 	// disk: its next call restores it) or "ended".
 	State string `json:"state"`

@@ -35,7 +35,8 @@ func TestSessionCommands(t *testing.T) {
 	j := ss.st.j
 	a := j.Stats().CPU
 	time.Sleep(500 * time.Millisecond)
-	if used := j.Stats().CPU - a; used < 100*time.Millisecond {
+	b := j.Stats().CPU
+	if used := b - a; used < 100*time.Millisecond {
 		t.Errorf("a background command used %v of CPU in 500 ms while the session was idle", used)
 	}
 	if _, err := ss.Pause(nil); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), bg.ID) {
@@ -43,6 +44,11 @@ func TestSessionCommands(t *testing.T) {
 	}
 	if r := call(t, ss, "print(x)"); string(r.Stdout) != "7\n" {
 		t.Errorf("a call beside a background command: %q", r.Stdout)
+	}
+	// The session's CPU is its jail's: the interpreter's and the
+	// command's together, at least what the jail had used before.
+	if c := ss.CPU(); c < b {
+		t.Errorf("the session's CPU %v, less than its jail's %v a moment before", c, b)
 	}
 	killed, err := ss.KillCommand(bg.ID)
 	if err != nil {

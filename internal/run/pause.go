@@ -119,11 +119,14 @@ func (ss *Session) Pause(table []byte) (PauseInfo, error) {
 		ss.s.log.Error("session checkpoint", "id", ss.ID(), "err", err)
 		return PauseInfo{}, errdefs.New(errdefs.ErrUnavailable, "the session could not be paused (it keeps running); the daemon's log says why")
 	}
+	cpu := st.j.Stats().CPU
 	ss.mu.Lock()
 	ended := ss.ended // ended meanwhile (DELETE): end saw no checkpoint
 	if !ended {
 		ss.paused = &pausedState{dir: dir, info: info, events: ss.events}
 		ss.st = nil
+		ss.cpuPast += cpu
+		ss.cpuSeen = max(ss.cpuSeen, ss.cpuPast)
 	}
 	ss.pausing = false
 	ss.mu.Unlock()

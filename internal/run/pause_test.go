@@ -36,9 +36,14 @@ func TestSessionPauseResume(t *testing.T) {
 	if r := call(t, ss, setup); r.Status != spec.StatusOK || string(r.Stdout) != "set\n" {
 		t.Fatalf("setup: %+v %s", r, r.Stderr)
 	}
+	cpu0 := ss.CPU()
 	pi, err := ss.Pause(nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The first jail's CPU time is kept while paused.
+	if c := ss.CPU(); c < cpu0 || c <= 0 {
+		t.Errorf("the session's CPU while paused: %v, before the pause %v", c, cpu0)
 	}
 	if pi.Bytes <= 0 || pi.At.IsZero() {
 		t.Errorf("pause info %+v", pi)
@@ -57,6 +62,10 @@ func TestSessionPauseResume(t *testing.T) {
 	}
 	if !r.Resumed || r.Restore <= 0 || r.Count != 2 {
 		t.Errorf("resumed %v after %v, count %d; want resumed, count 2", r.Resumed, r.Restore, r.Count)
+	}
+	// The restored jail's CPU adds to the first one's.
+	if c := ss.CPU(); c <= cpu0 {
+		t.Errorf("the session's CPU after a call in its restored jail: %v, not more than the first jail's %v", c, cpu0)
 	}
 	if _, ok := ss.Paused(); ok {
 		t.Error("still paused after a call")

@@ -85,6 +85,10 @@ type Session struct {
 	losses    int  // in a row
 	cur       *callState
 	net       egress.Usage // the jail's traffic at the end of the last call
+	// cpuPast is the CPU time of the session's earlier jails (before a
+	// pause); cpuSeen the most CPU() has answered, kept once the jail is
+	// gone.
+	cpuPast, cpuSeen time.Duration
 	ended     bool
 	endReason string
 	done      chan struct{} // closed when the session ended
@@ -252,6 +256,7 @@ func (ss *Session) finish(reason string, keep bool) {
 			ss.paused = nil
 			ss.mu.Unlock()
 			if st != nil {
+				ss.noteCPU(st.j.Stats().CPU)
 				ss.s.teardowns.Go(st.Destroy)
 			}
 			if paused != nil && !keep && !paused.shared {
@@ -262,6 +267,28 @@ func (ss *Session) finish(reason string, keep bool) {
 			ss.s.mu.Unlock()
 		})
 	}
+}
+
+// CPU is the CPU time the session's processes have used in all (its
+// interpreter, commands and terminals, in every jail it had), as its
+// cgroups count it.
+func (ss *Session) CPU() time.Duration {
+	ss.mu.Lock()
+	st := ss.st
+	ss.mu.Unlock()
+	var cur time.Duration
+	if st != nil {
+		cur = st.j.Stats().CPU
+	}
+	return ss.noteCPU(cur)
+}
+
+// noteCPU notes the current jail's CPU time and answers the session's.
+func (ss *Session) noteCPU(cur time.Duration) time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.cpuSeen = max(ss.cpuSeen, ss.cpuPast+cur)
+	return ss.cpuSeen
 }
 
 // Close ends the session: every process is killed and the jail torn down

@@ -160,6 +160,9 @@ func sessionWire(i sessions.Info) api.Session {
 	if m, ok := i.Meta.(*sessionMeta); ok {
 		out.Limits, out.Network, out.Warm, out.Image = m.wireLimits, m.network, m.h.Warm(), m.image
 		out.CPUCores = m.bounds.Limits.CPUCores
+		if c, ok := m.h.(interface{ CPU() time.Duration }); ok {
+			out.CPUMs = c.CPU().Milliseconds()
+		}
 	}
 	if i.EndReason != "" {
 		reason := i.EndReason
