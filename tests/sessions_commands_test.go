@@ -342,3 +342,70 @@ func TestSessionPorts(t *testing.T) {
 	}
 	c.Close()
 }
+
+// GET .../commands/{cid}?follow=true streams a background command's
+// output from what was kept on, as it comes, then its end: both formats,
+// a follower that arrives late (the earlier output first) and one there
+// from the start.
+func TestSessionCommandFollow(t *testing.T) {
+	d := startSessionDaemon(t, 0)
+	s := newSession(t, d, api.SessionCreateRequest{})
+	for _, format := range []string{api.MediaNDJSON, api.MediaSSE} {
+		bg := startBackground(t, d, s.SessionID, api.CommandRequest{Cmd: `echo first; read go; for i in 1 2 3; do echo line$((i*11)); sleep 0.2; done; echo err >&2; exit 2`})
+		waitFor(t, 30*time.Second, "the command's first line", func() bool {
+			var c api.CommandInfo
+			d.call(t, "GET", "/v1/sessions/"+s.SessionID+"/commands/"+bg.CommandID, nil, &c)
+			return c.Stdout != nil && *c.Stdout == "first\n"
+		})
+		req, err := http.NewRequestWithContext(t.Context(), "GET", "http://jaild/v1/sessions/"+s.SessionID+"/commands/"+bg.CommandID+"?follow=true", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", format)
+		resp, err := d.Client.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("follow %s: %v %v", format, resp, err)
+		}
+		// The follower is there; the command goes on.
+		if code, _ := d.call(t, "POST", "/v1/sessions/"+s.SessionID+"/commands/"+bg.CommandID+"/stdin", api.CommandStdinRequest{Data: "go\n"}, nil); code != 200 {
+			t.Fatalf("stdin: HTTP %d", code)
+		}
+		evs, err := readEvents(resp, format)
+		if err != nil {
+			t.Fatalf("follow %s: %v", format, err)
+		}
+		var stdout, stderr strings.Builder
+		var names []string
+		var done api.CommandInfo
+		for _, ev := range evs {
+			names = append(names, ev.Event.Event)
+			var text api.EventText
+			switch ev.Event.Event {
+			case "stdout", "stderr":
+				if err := strictJSON(ev.Data, &text); err != nil {
+					t.Fatalf("%s event %s: %v", ev.Event.Event, ev.Data, err)
+				}
+				map[string]*strings.Builder{"stdout": &stdout, "stderr": &stderr}[ev.Event.Event].WriteString(text.Text)
+			case "done":
+				if err := strictJSON(ev.Data, &done); err != nil {
+					t.Fatalf("done %s: %v", ev.Data, err)
+				}
+			}
+		}
+		if names[0] != "start" || names[len(names)-1] != "done" {
+			t.Errorf("follow %s: events %v", format, names)
+		}
+		if stdout.String() != "first\nline11\nline22\nline33\n" || stderr.String() != "err\n" {
+			t.Errorf("follow %s: stdout %q stderr %q", format, stdout.String(), stderr.String())
+		}
+		if done.State != "exited" || done.ExitCode == nil || *done.ExitCode != 2 || done.Stdout != nil {
+			t.Errorf("follow %s: done %+v", format, done)
+		}
+	}
+	// Without a streaming Accept: 400 naming follow.
+	bg := startBackground(t, d, s.SessionID, api.CommandRequest{Cmd: "sleep 100"})
+	var e api.ErrorBody
+	if code, _ := d.call(t, "GET", "/v1/sessions/"+s.SessionID+"/commands/"+bg.CommandID+"?follow=true", nil, &e); code != 400 || e.Error.Field != "follow" {
+		t.Errorf("follow without a streaming Accept: HTTP %d %+v", code, e)
+	}
+}

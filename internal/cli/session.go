@@ -82,7 +82,7 @@ func init() {
 		{"rm-file", "[flags] ID PATH", "remove a session's file or empty directory", "", runSessionRemoveFile},
 		{"run", "[flags] ID [--] COMMAND...", "run a shell command in a session (--bg: in the background, print its ID)", sessionRunHelp, runSessionRun},
 		{"cmds", "[flags] ID", "list a session's background commands", "", runSessionCmds},
-		{"cmd-log", "[flags] ID COMMAND_ID", "print a background command's output kept so far", "", runSessionCmdLog},
+		{"cmd-log", "[flags] ID COMMAND_ID", "print a background command's output kept so far (-f: and follow it to its end)", "", runSessionCmdLog},
 		{"cmd-kill", "[flags] ID COMMAND_ID", "kill a background command and everything it started; print its output", "", runSessionCmdKill},
 		{"shell", "[flags] ID", "attach this terminal to a shell in a session (Ctrl-D ends it)", sessionShellHelp, runSessionShell},
 		{"open-port", "[flags] ID PORT", "serve a session's port on a local URL for a browser", sessionOpenPortHelp, runSessionOpenPort},

@@ -136,10 +136,45 @@ func runSessionCmds(e *env, sc *subcommand, args []string) int {
 }
 
 func runSessionCmdLog(e *env, sc *subcommand, args []string) int {
-	a, rc, ok := e.ask("session cmd-log", jsonUsage, sc, args, 2, 2)
+	fs := e.flagSet("session cmd-log")
+	follow := fs.Bool("f", false, "follow: print the output as it comes until the command ends; exit as it did")
+	asJSON := fs.Bool("json", false, jsonUsage)
+	daemon := targetFlags(fs)
+	pos, rc, ok := e.parseSub(fs, sc, args, 2, 2)
 	if !ok {
 		return rc
 	}
+	c, rc, ok := e.client(daemon)
+	if !ok {
+		return rc
+	}
+	if *follow {
+		if *asJSON {
+			return e.usageError("session cmd-log: -f streams the output; it has no --json")
+		}
+		ci, err := c.FollowSessionCommand(e.ctx, pos[0], pos[1], func(stream int, text string) error {
+			w := e.stdout
+			if stream == 2 {
+				w = e.stderr
+			}
+			_, err := io.WriteString(w, text)
+			return err
+		})
+		if err != nil {
+			return e.daemonError(err)
+		}
+		if n := ci.StdoutDroppedBytes + ci.StderrDroppedBytes; n > 0 {
+			fmt.Fprintf(e.stderr, "jailctl: %d bytes of output were not kept (the command wrote faster than they were read)\n", n)
+		}
+		switch {
+		case ci.Signal != nil:
+			return 128 + *ci.Signal
+		case ci.ExitCode != nil:
+			return *ci.ExitCode
+		}
+		return exitError
+	}
+	a := asked{c: c, pos: pos, json: *asJSON}
 	ci, err := a.c.SessionCommand(e.ctx, a.pos[0], a.pos[1])
 	if err != nil {
 		return e.daemonError(err)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // jailctl session run (foreground and --bg), cmds, cmd-log and cmd-kill
@@ -38,6 +39,17 @@ func TestSessionCommandsCLI(t *testing.T) {
 	}
 	if r := jailctl(t, h.Socket, "", "session", "cmd-log", id, cid); r.code != 0 || r.stdout != "/bin/sh -c sleep 100" {
 		t.Errorf("cmd-log: %+v", r)
+	}
+	// cmd-log -f prints what was kept, then waits for the end (the fake
+	// ends on a signal) and exits as the command did.
+	followed := make(chan result, 1)
+	go func() { followed <- jailctl(t, h.Socket, "", "session", "cmd-log", "-f", id, cid) }()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := h.Client.SignalSessionCommand(t.Context(), id, cid, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-followed; r.code != 128+15 || r.stdout != "/bin/sh -c sleep 100" {
+		t.Errorf("cmd-log -f: %+v", r)
 	}
 	if r := jailctl(t, h.Socket, "", "session", "cmd-kill", id, cid); r.code != 0 {
 		t.Errorf("cmd-kill: %+v", r)

@@ -1,7 +1,10 @@
 package client
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -102,4 +105,64 @@ func (c *Client) PortProxy(id string, port int) http.Handler {
 		},
 		Transport: c.http.Transport,
 	}
+}
+
+// FollowSessionCommand streams a background command's output to on (1
+// stdout, 2 stderr), what was kept first and then as it comes, until the
+// command ends; the answer is how it ended (without its output). Nothing
+// of the output is held here: an endless command streams for as long as
+// ctx lasts.
+func (c *Client) FollowSessionCommand(ctx context.Context, id, cid string, on func(stream int, text string) error) (*api.CommandInfo, error) {
+	path := sessionCommandPath(id, cid)
+	req, err := c.newRequest(ctx, http.MethodGet, path+"?follow=true", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", api.MediaNDJSON)
+	resp, err := c.sendOK(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), int(min(c.maxResponse, 1<<30)))
+	for sc.Scan() {
+		var ev api.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("jaild GET %s: malformed event: %w", path, err)
+		}
+		switch ev.Event {
+		case api.EventStdout, api.EventStderr:
+			var t api.EventText
+			if err := json.Unmarshal(ev.Data, &t); err != nil {
+				return nil, fmt.Errorf("jaild GET %s: malformed %s event: %w", path, ev.Event, err)
+			}
+			stream := 1
+			if ev.Event == api.EventStderr {
+				stream = 2
+			}
+			if err := on(stream, t.Text); err != nil {
+				return nil, err
+			}
+		case api.EventDone:
+			var ci api.CommandInfo
+			if err := json.Unmarshal(ev.Data, &ci); err != nil {
+				return nil, fmt.Errorf("jaild GET %s: malformed done event: %w", path, err)
+			}
+			return &ci, nil
+		case api.EventError:
+			var eb api.ErrorBody
+			if err := json.Unmarshal(ev.Data, &eb); err != nil {
+				return nil, fmt.Errorf("jaild GET %s: malformed error event: %w", path, err)
+			}
+			return nil, streamError(eb.Error)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("jaild GET %s: %w", path, ctx.Err())
+		}
+		return nil, fmt.Errorf("jaild GET %s: %w", path, err)
+	}
+	return nil, fmt.Errorf("jaild GET %s: the stream ended before its done event", path)
 }

@@ -65,9 +65,10 @@ type command struct {
 type ring struct {
 	mu      sync.Mutex
 	max     int
-	b       []byte
+	b       []byte // bytes dropped..dropped+len(b) of what was written
 	dropped int64
 	onWrite func()
+	changed chan struct{} // closed (and replaced) by a write; nil until a follower asks
 }
 
 func (r *ring) Write(p []byte) (int, error) {
@@ -77,12 +78,30 @@ func (r *ring) Write(p []byte) (int, error) {
 		r.dropped += int64(over)
 		r.b = append(r.b[:0], r.b[over:]...)
 	}
+	if r.changed != nil && len(p) > 0 {
+		close(r.changed)
+		r.changed = nil
+	}
 	on := r.onWrite
 	r.mu.Unlock()
 	if on != nil && len(p) > 0 {
 		on()
 	}
 	return len(p), nil
+}
+
+// from answers what was written from offset pos on that is still kept
+// (skipping what was dropped), the offset after it, and a channel closed
+// by the next write.
+func (r *ring) from(pos int64) ([]byte, int64, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pos = max(pos, r.dropped)
+	out := slices.Clone(r.b[pos-r.dropped:])
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return out, r.dropped + int64(len(r.b)), r.changed
 }
 
 func (r *ring) snapshot() ([]byte, int64) {
@@ -573,6 +592,51 @@ func (ss *Session) Command(id string) (spec.CommandInfo, error) {
 		return spec.CommandInfo{}, err
 	}
 	return c.info(true), nil
+}
+
+// FollowCommand passes a command's output to out, the output kept so far
+// first and then as it comes, until the command ends (the answer is how
+// it ended), ctx ends or out fails. Output dropped from the ring before
+// it was passed (a follower slower than the command) is skipped; the
+// answer counts it.
+func (ss *Session) FollowCommand(ctx context.Context, id string, out func(stream int, p []byte) error) (spec.CommandInfo, error) {
+	c, err := ss.lookupCommand(id)
+	if err != nil {
+		return spec.CommandInfo{}, err
+	}
+	var pos [2]int64
+	for {
+		// done is looked at before the rings are read: once it is closed
+		// the rings hold all there will be.
+		ended := false
+		select {
+		case <-c.done:
+			ended = true
+		default:
+		}
+		var waits [2]<-chan struct{}
+		for i, r := range []*ring{c.stdout, c.stderr} {
+			var b []byte
+			b, pos[i], waits[i] = r.from(pos[i])
+			if len(b) > 0 {
+				if err := out(i+1, b); err != nil {
+					return spec.CommandInfo{}, err
+				}
+			}
+		}
+		if ended {
+			ci := c.info(true)
+			ci.Stdout, ci.Stderr = nil, nil
+			return ci, nil
+		}
+		select {
+		case <-waits[0]:
+		case <-waits[1]:
+		case <-c.done:
+		case <-ctx.Done():
+			return spec.CommandInfo{}, ctx.Err()
+		}
+	}
 }
 
 // CommandStdin writes data to a running command's stdin, then closes it

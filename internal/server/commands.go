@@ -28,6 +28,7 @@ type CommandSession interface {
 	CommandStdin(id string, data []byte, eof bool) error
 	SignalCommand(id, signal string) error
 	KillCommand(id string) (spec.CommandInfo, error)
+	FollowCommand(ctx context.Context, id string, out func(stream int, p []byte) error) (spec.CommandInfo, error)
 }
 
 // maxCommandControlBody bounds the body of .../stdin (its data, escaped)
@@ -187,6 +188,13 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	switch f := r.URL.Query().Get("follow"); f {
+	case "", "false":
+	case "true":
+		return s.followCommand(w, r, cs)
+	default:
+		return errdefs.Field("follow", "must be true or false, got %q", trimHeader(f))
+	}
 	c, err := cs.Command(r.PathValue("cid"))
 	if err != nil {
 		return err
@@ -198,6 +206,49 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request) error {
 		c.Stderr = []byte{}
 	}
 	writeJSON(w, http.StatusOK, commandWire(c))
+	return nil
+}
+
+// maxFollowQueued bounds the output a follower's stream holds unsent: past
+// it, the ring is read no further until the client has read.
+const maxFollowQueued = 256 << 10
+
+// followCommand streams a command's output (GET .../commands/{cid}?follow=true):
+// a start event (the command's id as run_id), stdout and stderr events
+// from the output kept so far on, then done with the command as it ended.
+func (s *Server) followCommand(w http.ResponseWriter, r *http.Request, cs CommandSession) error {
+	format := streamFormat(r.Header.Get("Accept"))
+	if format == "" {
+		return errdefs.Field("follow", "streams the output: send Accept: %s or %s", api.MediaNDJSON, api.MediaSSE)
+	}
+	cid := r.PathValue("cid")
+	if _, err := cs.Command(cid); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	live := newLiveStream(w, format == api.MediaSSE, cancel, s.pace())
+	live.begin(w, format, api.EventStartData{RunID: cid})
+	ci, err := cs.FollowCommand(ctx, cid, func(stream int, p []byte) error {
+		for live.queued() > maxFollowQueued {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		live.output(stream, p)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			_ = live.end(nil)
+			return nil // the client went away
+		}
+		_ = live.end([]finalEvent{s.errorEvent(r, err)})
+		return nil
+	}
+	_ = live.end([]finalEvent{{api.EventDone, commandWire(ci), nil}})
 	return nil
 }
 

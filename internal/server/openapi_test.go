@@ -684,6 +684,10 @@ func TestOpenAPIResponses(t *testing.T) {
 		{exchange{method: "POST", path: cip + "/stdin", template: cit + "/stdin", hdr: jsonHdr, body: []byte(`{"data": "x"}`)}, 409},
 		{exchange{method: "POST", path: cip + "/signal", template: cit + "/signal", hdr: jsonHdr, body: []byte(`{"signal": "SIGWINCH"}`), badRequest: true}, 400},
 		{exchange{method: "POST", path: cip + "/signal", template: cit + "/signal", hdr: jsonHdr, body: []byte(`{"signal": "SIGTERM"}`)}, 200},
+		{exchange{method: "GET", path: cip + "?follow=true", template: cit, hdr: map[string]string{"Accept": api.MediaNDJSON}}, 200},
+		{exchange{method: "GET", path: cip + "?follow=true", template: cit, hdr: map[string]string{"Accept": api.MediaSSE}}, 200},
+		{exchange{method: "GET", path: cip + "?follow=true", template: cit}, 400},
+		{exchange{method: "GET", path: cip + "?follow=yes", template: cit, hdr: map[string]string{"Accept": api.MediaNDJSON}, badRequest: true}, 400},
 		{exchange{method: "DELETE", path: cip, template: cit}, 200},
 		{exchange{method: "DELETE", path: cip, template: cit}, 404},
 	} {

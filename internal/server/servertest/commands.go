@@ -151,6 +151,35 @@ func (s *Session) KillCommand(id string) (spec.CommandInfo, error) {
 	return c.public(true), nil
 }
 
+// FollowCommand passes a fake command's output, then waits until it is
+// signalled (or ctx ends).
+func (s *Session) FollowCommand(ctx context.Context, id string, out func(stream int, p []byte) error) (spec.CommandInfo, error) {
+	s.mu.Lock()
+	c, err := s.command(id)
+	if err != nil {
+		s.mu.Unlock()
+		return spec.CommandInfo{}, err
+	}
+	b := slices.Clone(c.info.Stdout)
+	s.mu.Unlock()
+	if err := out(1, b); err != nil {
+		return spec.CommandInfo{}, err
+	}
+	for {
+		s.mu.Lock()
+		ci := c.public(false)
+		s.mu.Unlock()
+		if ci.State != spec.CommandRunning {
+			return ci, nil
+		}
+		select {
+		case <-ctx.Done():
+			return spec.CommandInfo{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // DialPort dials the test's server for port (Engine.Ports).
 func (s *Session) DialPort(port int) (net.Conn, error) {
 	s.e.mu.Lock()
