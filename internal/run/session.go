@@ -79,20 +79,20 @@ type Session struct {
 	recordsIno uint64
 	// reexeced: the restored init executed afresh (reexecInit), so that
 	// the session can pause again.
-	reexeced  bool
-	calls     int
-	fresh     bool // the interpreter has had no job yet
-	losses    int  // in a row
-	cur       *callState
-	net       egress.Usage // the jail's traffic at the end of the last call
+	reexeced bool
+	calls    int
+	fresh    bool // the interpreter has had no job yet
+	losses   int  // in a row
+	cur      *callState
+	net      egress.Usage // the jail's traffic at the end of the last call
 	// cpuPast is the CPU time of the session's earlier jails (before a
 	// pause); cpuSeen the most CPU() has answered, kept once the jail is
 	// gone.
 	cpuPast, cpuSeen time.Duration
-	ended     bool
-	endReason string
-	done      chan struct{} // closed when the session ended
-	closeOnce sync.Once
+	ended            bool
+	endReason        string
+	done             chan struct{} // closed when the session ended
+	closeOnce        sync.Once
 }
 
 // callState is what the readers deliver to the call in progress.
