@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -523,6 +524,32 @@ print('forked')`, marker)})
 		if dirExists(group) {
 			t.Errorf("the command's cgroup %s is left", group)
 		}
+	})
+
+	t.Run("a session's terminal under systemd: jailctl session shell gets a shell on a terminal, its jobs end with it", func(t *testing.T) {
+		code, b, err := call("POST", "/v1/sessions", map[string]any{})
+		var s struct {
+			ID string `json:"session_id"`
+		}
+		if err != nil || code != 201 || json.Unmarshal(b, &s) != nil || s.ID == "" {
+			t.Fatalf("create session: %d %s %v", code, b, err)
+		}
+		defer call("DELETE", "/v1/sessions/"+s.ID, nil)
+		cmd := exec.Command("jailctl", "--socket", socket, "session", "shell", s.ID)
+		cmd.Stdin = strings.NewReader("stty size; echo m$((6*7)); tty -s && echo T$((1+1))\nsleep 7654321 &\nexit 4\n")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 4 {
+			t.Errorf("jailctl session shell: %v, want exit status 4; output %q", err, out)
+		}
+		for _, want := range []string{"24 80", "m42", "T2"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("no %q in the shell's output %q", want, out)
+			}
+		}
+		waitFor(t, time.Minute, "the shell's background job killed with it", func() bool {
+			return exec.Command("pgrep", "-f", "sleep 7654321").Run() != nil
+		})
 	})
 
 	t.Run("paused sessions under systemd and cgroup v2: the distribution's CRIU probed, then a new enough one pauses a session twice, and paused sessions survive systemctl restart", func(t *testing.T) {
