@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -62,7 +63,7 @@ func (ss *Session) StartTerminal(t *spec.Terminal) (spec.TerminalIO, error) {
 		return nil, fmt.Errorf("terminal: %w", err)
 	}
 	id := newCommandID()
-	cmd := &command{id: id, argv: []string{"/bin/bash", "-i"}, group: id, started: time.Now(), terminal: true,
+	cmd := &command{id: id, argv: slices.Clone(terminalArgv), group: id, started: time.Now(), terminal: true,
 		stdout: &ring{}, stderr: &ring{}, kill: make(chan struct{}), done: make(chan struct{})}
 	p, err := ss.startCommand(j, c, id, peer, peer, peer)
 	peer.Close()

@@ -171,7 +171,9 @@ func relayTerminal(ctx context.Context, c *websocket.Conn, term spec.TerminalIO)
 		n, err := term.Read(buf)
 		if n > 0 {
 			if werr := c.Write(ctx, websocket.MessageBinary, buf[:n]); werr != nil {
-				break
+				// The client is gone or stuck: the caller kills the shell.
+				_ = c.CloseNow()
+				return in.Load(), received
 			}
 			received += int64(n)
 		}
