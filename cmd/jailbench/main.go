@@ -23,7 +23,7 @@ func main() {
 	flag.IntVar(&cfg.PoolSize, "pool", 2, "warm jails of each kind (plain, preloaded) in the warm daemon's pool")
 	flag.BoolVar(&cfg.Quick, "quick", false, "print(1) only: latency cold, warm and back to back, and CPU per run")
 	flag.BoolVar(&cfg.PauseOnly, "pause", false, "paused sessions only (a 200 MB DataFrame: pause, the next call's restore)")
-	flag.BoolVar(&cfg.SessionsOnly, "sessions", false, "sessions only: create, a call, a foreground command, and memory")
+	flag.BoolVar(&cfg.SessionsOnly, "sessions", false, "sessions only: create, a call, a foreground command, the port proxy, a terminal, and memory")
 	jsonOut := flag.String("json", "", "also write the report as JSON to this file")
 	images := flag.String("images", "", "also time print(1) in every image built under `DIR` (DIR/<name>/current, rootfs/build.sh's layout)")
 	flag.Parse()

@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/jaild/jaild/internal/client"
 	"github.com/jaild/jaild/internal/daemontest"
 )
 
@@ -123,6 +124,12 @@ type Sessions struct {
 	// requests): the proxy's cost is the difference.
 	PortProxy  Stat `json:"port_proxy_get"`
 	PortInJail Stat `json:"port_in_jail_get"`
+	// TerminalOpen is GET .../pty to the shell's first prompt (the
+	// WebSocket's handshake, the session thawed, the shell started);
+	// TerminalEcho a key typed into the terminal to its echo back (the
+	// WebSocket both ways, the pty, bash's line editor).
+	TerminalOpen Stat `json:"terminal_open"`
+	TerminalEcho Stat `json:"terminal_echo"`
 }
 
 func workloads() []Workload {
@@ -424,8 +431,72 @@ func sessions(ctx context.Context, n int, cold, warm *daemon) (Sessions, error) 
 	}); err != nil {
 		return out, err
 	}
-	out.PortProxy, out.PortInJail, err = warm.portLatency(id, n)
+	if out.PortProxy, out.PortInJail, err = warm.portLatency(id, n); err != nil {
+		return out, err
+	}
+	out.TerminalOpen, out.TerminalEcho, err = warm.terminalLatency(ctx, id, n)
 	return out, err
+}
+
+// terminalLatency times n terminals opened to their shell's prompt, and
+// n keys typed into one to their echo.
+func (d *daemon) terminalLatency(ctx context.Context, id string, n int) (open, echo Stat, err error) {
+	c := client.New(d.Socket)
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	// until reads the terminal until its output holds want.
+	until := func(t *client.Terminal, want string) error {
+		var seen []byte
+		for !bytes.Contains(seen, []byte(want)) {
+			out, exit, err := t.Next(ctx)
+			if err != nil {
+				return err
+			}
+			if exit != nil {
+				return fmt.Errorf("the shell ended (%s) before %q", exit.Status, want)
+			}
+			seen = append(seen, out...)
+		}
+		return nil
+	}
+	var term *client.Terminal
+	if open, err = measureAfter(n, func() {
+		if term != nil {
+			_ = term.Close()
+			term = nil
+		}
+	}, func() error {
+		var err error
+		if term, err = c.Terminal(ctx, id, client.TerminalOptions{}); err != nil {
+			return err
+		}
+		return until(term, "$ ")
+	}); err != nil {
+		return open, echo, fmt.Errorf("terminal open: %w", err)
+	}
+	defer func() {
+		if term != nil {
+			_ = term.Close()
+		}
+	}()
+	i := 0
+	echo, err = measureAfter(n, func() {
+		if i%50 == 0 {
+			_ = term.Send(ctx, []byte{0x15}) // Ctrl-U: an empty line again
+		}
+	}, func() error {
+		key := string(rune('a' + i%26))
+		i++
+		if err := term.Send(ctx, []byte(key)); err != nil {
+			return err
+		}
+		return until(term, key)
+	})
+	if err != nil {
+		return open, echo, fmt.Errorf("terminal echo: %w", err)
+	}
+	return open, echo, nil
 }
 
 // inJailGets is a foreground command's program: n GETs of

@@ -42,8 +42,8 @@ func (r *Report) Table() string {
 		jails = append(jails, fmt.Sprintf("%.1f", float64(v)/(1<<20)))
 	}
 	se := r.Sessions
-	fmt.Fprintf(&b, "\nSessions (ms, p50 / p95 / p99): create %s cold, %s with a warm jail; a call of `x + 1` in a live session %s; a foreground `echo hi` command in it %s; a GET from python's http.server, run as a background command, through the port proxy %s, the same GET made inside the session %s.\n",
-		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call), stat(se.Command), stat(se.PortProxy), stat(se.PortInJail))
+	fmt.Fprintf(&b, "\nSessions (ms, p50 / p95 / p99): create %s cold, %s with a warm jail; a call of `x + 1` in a live session %s; a foreground `echo hi` command in it %s; a GET from python's http.server, run as a background command, through the port proxy %s, the same GET made inside the session %s; a terminal opened to its shell's prompt %s, a key typed into it to its echo %s.\n",
+		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call), stat(se.Command), stat(se.PortProxy), stat(se.PortInJail), stat(se.TerminalOpen), stat(se.TerminalEcho))
 	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
 		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
 	r.Pause.table(&b)

@@ -79,6 +79,17 @@ boot() {
     -no-reboot 2>"$work/qemu.err" &
   qemu_pid=$!
   while kill -0 "$qemu_pid" 2>/dev/null; do
+    # KVM that cannot run the guest may not abort qemu: on some nested
+    # hosts it reports an internal error and stops the vCPU, and qemu then
+    # waits for ever (measured 2026-12-02: "KVM internal error. Suberror:
+    # 1", "emulation failure", in the guest's kernel before its first
+    # console line). That is a failed boot at once, not at the deadline.
+    if [[ $1 == kvm ]] && grep -qs 'KVM internal error' "$work/qemu.err"; then
+      kill "$qemu_pid" 2>/dev/null || true
+      wait "$qemu_pid" 2>/dev/null || true
+      qemu_pid=
+      return 3
+    fi
     if (( $(date +%s) - start > timeout )); then
       log "the guest did not finish within ${timeout}s; its console:"
       tail -n 200 "$work/console.log" >&2 || true
@@ -102,7 +113,9 @@ if [[ -z $accel ]]; then
 fi
 cpu=max
 [[ $accel == kvm ]] && cpu=host
-if ! boot "$accel" "$cpu" && [[ $accel == kvm && ! -s $work/console.log ]]; then
+rc=0
+boot "$accel" "$cpu" || rc=$?
+if [[ $accel == kvm && ( $rc == 3 || ( $rc != 0 && ! -s $work/console.log ) ) ]]; then
   log "KVM is unusable here ($(tr '\n' ' ' < "$work/qemu.err" | cut -c1-200)); software emulation instead"
   boot tcg max || true
 fi
