@@ -142,6 +142,35 @@ func TestMCPSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("run_command", func(t *testing.T) {
+		var out struct {
+			Status     string `json:"status"`
+			ExitCode   *int   `json:"exit_code"`
+			Stdout     string `json:"stdout"`
+			Stderr     string `json:"stderr"`
+			DurationMs int64  `json:"duration_ms"`
+		}
+		res := m.call(ctx, "run_command", map[string]any{"session_id": id, "command": "cat w.txt; echo; pwd; echo e >&2; exit 3"}, &out)
+		if !res.IsError || out.Status != "error" || out.ExitCode == nil || *out.ExitCode != 3 || out.Stdout != "ws\n/workspace\n" || out.Stderr != "e\n" ||
+			!strings.Contains(text(res), "exit status 3") {
+			t.Errorf("a failing command: isError %v, %+v, %q", res.IsError, out, text(res))
+		}
+		res = m.call(ctx, "run_command", map[string]any{"session_id": id, "command": "pwd", "cwd": "/tmp"}, &out)
+		if res.IsError || out.Status != "ok" || out.Stdout != "/tmp\n" {
+			t.Errorf("pwd in /tmp: isError %v, %+v, %q", res.IsError, out, text(res))
+		}
+		res = m.call(ctx, "run_command", map[string]any{"session_id": id, "command": "sleep 30", "timeout_seconds": 1}, &out)
+		if !res.IsError || out.Status != "timeout" {
+			t.Errorf("a command past its timeout: isError %v, %+v, %q", res.IsError, out, text(res))
+		}
+		if res, out := m.runIn(ctx, id, "x", nil); res.IsError || out.Stdout != "41\n" {
+			t.Errorf("the interpreter after commands: %q, want 41", text(res))
+		}
+		if res := m.call(ctx, "run_command", map[string]any{"session_id": "s-0-000000000000000000000000", "command": "true"}, nil); !res.IsError {
+			t.Errorf("a command in a session this connection did not open: %q", text(res))
+		}
+	})
+
 	t.Run("timeout keeps the state", func(t *testing.T) {
 		res, out := m.runIn(ctx, id, "import time\nx = 7\ntime.sleep(30)\n", map[string]any{"timeout_seconds": 1})
 		if !res.IsError || out.Status != "timeout" || out.Session == nil || out.Session.StateLost || strings.Contains(text(res), "state_lost") || !strings.Contains(text(res), "state kept") {

@@ -44,7 +44,7 @@ func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcp
 	}
 	for _, tool := range m.tools {
 		in := resolveSchema(t, tool.Name+" input", tool.InputSchema)
-		required := map[string][]string{"run_python": {"code"}, "lint_python": {"code"}, "format_python": {"code"}, "close_session": {"session_id"}, "pause_session": {"session_id"}, "fork_session": {"session_id"}, "snapshot_session": {"session_id"}, "restore_session": {"session_id", "snapshot_id"}}[tool.Name]
+		required := map[string][]string{"run_python": {"code"}, "lint_python": {"code"}, "format_python": {"code"}, "close_session": {"session_id"}, "pause_session": {"session_id"}, "fork_session": {"session_id"}, "snapshot_session": {"session_id"}, "restore_session": {"session_id", "snapshot_id"}, "run_command": {"session_id", "command"}}[tool.Name]
 		if in.Schema().Type != "object" || !slices.Equal(in.Schema().Required, required) {
 			t.Errorf("%s: input schema %v: want an object that requires %v", tool.Name, in.Schema(), required)
 		}
@@ -60,7 +60,7 @@ func connectMCP(ctx context.Context, t *testing.T, transport sdk.Transport) *mcp
 			}
 		}
 	})
-	if want := []string{"close_session", "fork_session", "format_python", "lint_python", "list_sessions", "open_session", "pause_session", "restore_session", "run_python", "snapshot_session"}; !slices.Equal(names, want) {
+	if want := []string{"close_session", "fork_session", "format_python", "lint_python", "list_sessions", "open_session", "pause_session", "restore_session", "run_command", "run_python", "snapshot_session"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	return m

@@ -2,7 +2,8 @@
 // the tools run_python, lint_python and format_python, and open_session,
 // close_session, list_sessions, pause_session, fork_session,
 // snapshot_session and restore_session for
-// stateful sessions, all forwarded to
+// stateful sessions, and run_command for shell commands in one, all
+// forwarded to
 // the daemon's HTTP API through package client. It never runs code itself;
 // every run happens in the daemon's jails.
 //

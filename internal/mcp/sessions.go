@@ -200,7 +200,10 @@ func (s *Server) addSessionTools() error {
 	if err != nil {
 		return err
 	}
-	return s.addSnapshotTools()
+	if err := s.addSnapshotTools(); err != nil {
+		return err
+	}
+	return s.addCommandTools()
 }
 
 // fitOpenSession bounds open_session's arguments by what this caller may
