@@ -146,10 +146,19 @@ func TestSessionInterruptAndConflict(t *testing.T) {
 	ss := newTestSession(t)
 	done := make(chan *CallResult)
 	go func() {
-		res, _ := ss.Exec(context.Background(), &Call{Code: "import time\ny = 5\nwhile True: time.sleep(0.01)", Timeout: 30 * time.Second, OutputBytes: 1 << 20})
+		res, _ := ss.Exec(context.Background(), &Call{Code: "import time\ny = 5\nopen('looping', 'w').close()\nwhile True: time.sleep(0.01)", Timeout: 60 * time.Second, OutputBytes: 1 << 20})
 		done <- res
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The call is in its loop once its marker exists (a fixed wait was
+	// too short under emulation: the interrupt came before y = 5).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := FilesIn(ss.st.j.FilesDir(), spec.FSRequest{Op: spec.FSStat, Path: "/workspace/looping"}, 0, -1, -1); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not reach its loop within 30 s")
+		}
+	}
 	if _, err := ss.Exec(context.Background(), &Call{Code: "1", Timeout: time.Second, OutputBytes: 100}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("concurrent call: %v", err)
 	}
