@@ -11,8 +11,11 @@ import (
 // bare python3 where one exists.
 func (r *Report) Table() string {
 	var b strings.Builder
-	if len(r.Latency) == 0 { // paused sessions only (-pause)
+	if len(r.Latency) == 0 { // paused sessions only (-pause), or sessions only (-sessions)
 		fmt.Fprintf(&b, "Measured %s on %s.\n", r.When, r.Host)
+		if r.Sessions.Call.P50 > 0 {
+			r.sessionsTable(&b)
+		}
 		r.Pause.table(&b)
 		return b.String()
 	}
@@ -41,9 +44,7 @@ func (r *Report) Table() string {
 	for _, v := range r.WarmJailBytes {
 		jails = append(jails, fmt.Sprintf("%.1f", float64(v)/(1<<20)))
 	}
-	se := r.Sessions
-	fmt.Fprintf(&b, "\nSessions (ms, p50 / p95 / p99): create %s cold, %s with a warm jail; a call of `x + 1` in a live session %s; a foreground `echo hi` command in it %s; a GET from python's http.server, run as a background command, through the port proxy %s, the same GET made inside the session %s; a terminal opened to its shell's prompt %s, a key typed into it to its echo %s.\n",
-		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call), stat(se.Command), stat(se.PortProxy), stat(se.PortInJail), stat(se.TerminalOpen), stat(se.TerminalEcho))
+	r.sessionsTable(&b)
 	fmt.Fprintf(&b, "\nDaemon RSS (warm pool running): %.1f MiB. Memory charged to each idle warm jail (cgroup; plain ones first, then preloaded): %s MiB.\n",
 		float64(r.DaemonRSSBytes)/(1<<20), strings.Join(jails, ", "))
 	r.Pause.table(&b)
@@ -114,3 +115,10 @@ func (r FileRow) rss() string {
 }
 
 func stat(s Stat) string { return fmt.Sprintf("%.1f / %.1f / %.1f", s.P50, s.P95, s.P99) }
+
+// sessionsTable is the sessions' latencies, one paragraph.
+func (r *Report) sessionsTable(b *strings.Builder) {
+	se := r.Sessions
+	fmt.Fprintf(b, "\nSessions (ms, p50 / p95 / p99): create %s cold, %s with a warm jail; a call of `x + 1` in a live session %s; a foreground `echo hi` command in it %s; a GET from python's http.server, run as a background command, through the port proxy %s, the same GET made inside the session %s; a terminal opened to its shell's prompt %s, a key typed into it to its echo %s.\n",
+		stat(se.CreateCold), stat(se.CreateWarm), stat(se.Call), stat(se.Command), stat(se.PortProxy), stat(se.PortInJail), stat(se.TerminalOpen), stat(se.TerminalEcho))
+}

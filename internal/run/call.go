@@ -27,7 +27,7 @@ func (ss *Session) Exec(ctx context.Context, c *Call) (*CallResult, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return nil, errdefs.New(errdefs.ErrConflict, "another call of this session is running")
 	}
 	defer ss.callMu.Unlock()

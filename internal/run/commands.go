@@ -131,7 +131,7 @@ func (ss *Session) beginCommand(c *spec.Command) (*jail.Jail, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return nil, errdefs.New(errdefs.ErrConflict, "the session is running a call or a foreground command; a command starts between them")
 	}
 	if ss.isEnded() {
@@ -509,18 +509,41 @@ func (ss *Session) awaitCommand(j *jail.Jail, cmd *command, drains *sync.WaitGro
 	// call lock free). Whoever holds the lock now (a call, a command)
 	// freezes it at its end; if it looked before this one ended, the
 	// freeze waits for the lock.
+	// While it holds the lock to do so, settling has tryCall wait for it
+	// rather than refuse as if a call ran.
+	ss.settling.Add(1)
 	if ss.callMu.TryLock() {
 		ss.settleFrozen(cmd)
 		close(cmd.done)
 		ss.callMu.Unlock()
+		ss.settling.Add(-1)
 		return
 	}
+	ss.settling.Add(-1)
 	close(cmd.done)
 	go func() {
 		ss.callMu.Lock()
+		ss.settling.Add(1)
+		defer ss.settling.Add(-1)
 		defer ss.callMu.Unlock()
 		ss.settleFrozen(nil)
 	}()
+}
+
+// tryCall takes the call lock unless a call, a command or a checkpoint
+// holds it (the caller then refuses, 409). The lock held only to freeze
+// the session after its last background command ended (a few ms) is
+// waited for: a request right after a command's end is not refused.
+func (ss *Session) tryCall() bool {
+	for {
+		if ss.callMu.TryLock() {
+			return true
+		}
+		if ss.settling.Load() == 0 {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // trimCommandsLocked drops the oldest ended commands past

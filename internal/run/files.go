@@ -23,7 +23,7 @@ func (ss *Session) FS(r spec.FSRequest) (spec.FSResult, error) {
 	if _, _, err := fsPaths(r); err != nil {
 		return spec.FSResult{}, err // before the session is touched
 	}
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return spec.FSResult{}, errdefs.New(errdefs.ErrConflict, "the session is running a call; its files are reached between calls")
 	}
 	defer ss.callMu.Unlock()

@@ -52,7 +52,7 @@ type pausedState struct {
 // RecoverPaused to the next daemon; nil: the session does not outlive
 // this daemon.
 func (ss *Session) Pause(table []byte) (PauseInfo, error) {
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return PauseInfo{}, errdefs.New(errdefs.ErrConflict, "the session is running a call; pause it once the call ended")
 	}
 	defer ss.callMu.Unlock()
@@ -160,7 +160,7 @@ func (ss *Session) Paused() (PauseInfo, bool) {
 // Resume restores a paused session (frozen, as between calls) and says
 // how long the restore took; a live session is left as it is (0).
 func (ss *Session) Resume() (time.Duration, error) {
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return 0, errdefs.New(errdefs.ErrConflict, "the session is running a call")
 	}
 	defer ss.callMu.Unlock()
@@ -440,7 +440,7 @@ func (ss *Session) Fork(n int) (_ []*Session, retErr error) {
 	if n < 1 || n > MaxForks {
 		return nil, errdefs.Field("count", "must be in 1..%d, got %d", MaxForks, n)
 	}
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return nil, errdefs.New(errdefs.ErrConflict, "the session is running a call; fork it once the call ended")
 	}
 	defer ss.callMu.Unlock()

@@ -24,7 +24,7 @@ func (ss *Session) DialPort(port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, errdefs.Field("port", "must be in 1..65535, got %d", port)
 	}
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return nil, errdefs.New(errdefs.ErrConflict, "the session is running a call or a foreground command; its ports are reached between them, while a background command runs")
 	}
 	defer ss.callMu.Unlock()

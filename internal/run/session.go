@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,6 +66,9 @@ type Session struct {
 	interrupt      chan struct{}
 
 	callMu sync.Mutex // held by the call in progress
+	// settling counts holders of callMu that only freeze the session
+	// after its last background command ended (tryCall waits for them).
+	settling atomic.Int32
 
 	cmdMu     sync.Mutex
 	cmds      []*command // background commands, oldest first (commands.go)

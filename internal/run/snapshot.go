@@ -54,7 +54,7 @@ func (sn *Snapshot) pausedState() *pausedState {
 // the caller's record, kept with it for RecoverPaused. Its errors are
 // Pause's.
 func (ss *Session) Snapshot(table []byte) (*Snapshot, error) {
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return nil, errdefs.New(errdefs.ErrConflict, "the session is running a call; take its snapshot once the call ended")
 	}
 	defer ss.callMu.Unlock()
@@ -116,7 +116,7 @@ func (ss *Session) Snapshot(table []byte) (*Snapshot, error) {
 // the snapshot's. When the restore fails the session is left as it was.
 // It says how long the restore took.
 func (ss *Session) Rollback(sn *Snapshot) (time.Duration, error) {
-	if !ss.callMu.TryLock() {
+	if !ss.tryCall() {
 		return 0, errdefs.New(errdefs.ErrConflict, "the session is running a call; roll it back once the call ended")
 	}
 	defer ss.callMu.Unlock()
