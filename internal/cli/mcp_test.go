@@ -49,7 +49,7 @@ func TestMCPStdioWiring(t *testing.T) {
 			break
 		}
 	}
-	if strings.Join(tools, ",") != "close_session,fork_session,format_python,lint_python,list_sessions,open_session,pause_session,restore_session,run_python,snapshot_session" {
+	if strings.Join(tools, ",") != "close_session,fork_session,format_python,lint_python,list_sessions,open_session,pause_session,restore_session,run_command,run_python,snapshot_session" {
 		t.Errorf("tools/list answered %v", tools)
 	}
 	inW.Close()
