@@ -19,7 +19,8 @@ const mcpHelp = `Serves jaild's tools to AI agents over the Model Context Protoc
 run_python, lint_python and format_python, and open_session,
 close_session, list_sessions, pause_session, fork_session,
 snapshot_session and restore_session for
-sessions that keep Python's state across calls, forwarded to the daemon. By default MCP is spoken on stdin
+sessions that keep Python's state across calls, and run_command for
+shell commands in one, forwarded to the daemon. By default MCP is spoken on stdin
 and stdout, as desktop clients expect of a server they launch;
 diagnostics go to stderr. With --http, MCP is served over Streamable HTTP
 at http://ADDR/mcp instead, on a loopback address unless --allow-remote.
