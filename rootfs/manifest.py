@@ -124,7 +124,7 @@ def main():
         # seccomp filter given on an fd (--seccomp-fd); records, a session
         # call's job may name the records pipe anew (a restored session's);
         # init_reexec, an init that executes itself afresh on 'x'.
-        "runner_features": ["exec", "seccomp_fd", "records", "init_reexec"],
+        "runner_features": ["exec", "seccomp_fd", "records", "init_reexec", "outputs"],
         "init": "/opt/jaild/init",
         "built_at": args.built_at,
     }

@@ -12,6 +12,7 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
   fd 3  JOBS: JSON objects, one per line (the last may lack its newline)
         {"code": str, "filename": "main.py", "last_line_interactive": bool,
          "figures_dir": "/jaild/figures" or null, "max_figures": 16,
+         "max_outputs": 64,
          "env": {NAME: value}, "rlimits": {"RLIMIT_AS": [soft, hard], ...},
          "more": bool, "session": bool, "call": int, "stdin": str|null,
          "cpu_s": int|null}
@@ -46,13 +47,24 @@ with cwd /workspace and fds 0-2 for the user's stdin/stdout/stderr, plus:
   fd 4  RECORDS, written: JSON lines, one object each
         {"type": "exception", "exc_type": str, "message": str, "line": int|null}
         {"type": "result", "repr": str, "truncated": bool}
-        {"type": "figure", "name": "figure-1.png"}
+            (+ "name": "output-N.json" when the value's MIME bundle has
+            more than text/plain)
+        {"type": "display", "name": "output-N.json"} (display())
+        {"type": "figure", "name": "figure-1.png", "text": repr(figure)}
         {"type": "ready"}
         {"type": "start", "call": int} (a session's job: its code begins;
         SIGINT interrupts it from now on)
         {"type": "end", "status": int} ("call": int for a session's job)
         and, from init, {"type": "exit", "signal": int} when this process
         died by a signal.
+
+Rich outputs: display() is a builtin that follows IPython's display
+protocol (_ipython_display_, _repr_mimebundle_, _repr_html_ and the other
+_repr_*_ methods); each bundle is written as output-N.json in the figures
+dir, {"data": {MIME type: value}, "metadata": {...}} (images and PDFs as
+base64), at most "max_outputs" of them per job and MAX_OUTPUT_BYTES each,
+numbered from 1 again in each session call.  The records give their order
+among the figures.
 
 The user's code runs as __main__ in this process and can write to fd 4
 too, so the daemon treats records as untrusted input.  Everything done
@@ -76,6 +88,8 @@ import types
 JOB_FD = 3
 RECORD_FD = 4
 RESULT_REPR_LIMIT = 64 * 1024
+FIGURE_TEXT_LIMIT = 256
+MAX_OUTPUT_BYTES = 8 << 20  # one rich output's file (the daemon's bound too)
 MAX_JOB_BYTES = 64 << 20  # one job's line on fd 3
 EXCEPTION_MESSAGE_LIMIT = 64 * 1024
 
@@ -85,6 +99,7 @@ DEFAULT_MPLCONFIGDIR = "/tmp/.matplotlib"
 
 RUNNER_FILE = __file__
 MAIN_MODULE = None  # the user's __main__, shared by the process's jobs
+OUTPUTS = None  # the OutputWriter: display() and the last expression's bundle
 
 
 class JobError(Exception):
@@ -268,7 +283,35 @@ class FigureSaver:
         except BaseException:
             os.unlink(path)
             raise
-        self._records.emit({"type": "figure", "name": name})
+        try:
+            text, _ = truncate_utf8(repr(figure), FIGURE_TEXT_LIMIT)
+        except Exception:
+            text = "<Figure>"
+        self._records.emit({"type": "figure", "name": name, "text": text})
+
+    def save_now(self, figure):
+        """Save one open pyplot figure now (display(fig)), and close it so
+        that the end of the job does not save it again. Returns False when
+        figure is not one of pyplot's open figures."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None or self._dir is None:
+            return False
+        try:
+            number = figure.number
+            if number not in plt.get_fignums() or plt.figure(number) is not figure:
+                return False
+        except Exception:
+            return False
+        try:
+            self._save(figure)
+        except Exception as exc:
+            note(f"could not save figure {number}: {exc!r}")
+        finally:
+            try:
+                plt.close(number)
+            except Exception:
+                pass
+        return True
 
 
 class PyplotShowHook:
@@ -329,6 +372,250 @@ def prepare_matplotlib(saver):
     except OSError:
         pass  # no prebuilt cache (e.g. outside the image): matplotlib builds one
     sys.meta_path.insert(0, PyplotShowHook(saver))
+
+
+# Rich outputs, as IPython makes them (IPython.core.formatters): the MIME
+# types in the order IPython's display formatter tries them, with the
+# _repr_*_ method of each.
+REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+BINARY_MIMES = ("image/png", "image/jpeg", "application/pdf")  # base64 in a bundle
+
+
+def real_method(obj, name):
+    """obj's method `name`, as IPython finds it: None for a class, for an
+    object that claims every attribute, and for anything not callable."""
+    if isinstance(obj, type):
+        return None
+    try:
+        if getattr(obj, "_ipython_canary_method_should_not_exist_", None) is not None:
+            return None
+        method = getattr(obj, name, None)
+    except Exception:
+        return None
+    return method if callable(method) else None
+
+
+def split_metadata(value):
+    """A _repr_*_ method may return (data, metadata)."""
+    if isinstance(value, tuple) and len(value) == 2:
+        data, metadata = value
+        return data, metadata if isinstance(metadata, dict) else None
+    return value, None
+
+
+def is_type(obj, module_prefix, name):
+    cls = type(obj)
+    return cls.__name__ == name and (cls.__module__ or "").startswith(module_prefix)
+
+
+def mime_bundle(obj, include=None, exclude=None, text=None):
+    """Return (data, metadata): obj's MIME bundle, as IPython's display
+    formatter builds it. text, when given, is its text/plain."""
+    data, metadata = {}, {}
+    method = real_method(obj, "_repr_mimebundle_")
+    if method is not None:
+        try:
+            value, md = split_metadata(method(include=include, exclude=exclude))
+        except Exception as exc:
+            note(f"{type(obj).__name__}._repr_mimebundle_ failed: {exc!r}")
+            value, md = None, None
+        if isinstance(value, dict):
+            data.update((k, v) for k, v in value.items() if isinstance(k, str) and v is not None)
+        if md:
+            metadata.update((k, v) for k, v in md.items() if isinstance(k, str))
+    for mime, name in REPR_METHODS:
+        if mime in data:
+            continue
+        method = real_method(obj, name)
+        if method is None:
+            continue
+        try:
+            value, md = split_metadata(method())
+        except Exception as exc:
+            note(f"{type(obj).__name__}.{name} failed: {exc!r}")
+            continue
+        if value is None:
+            continue
+        data[mime] = value
+        if md:
+            metadata[mime] = md
+    if "text/html" not in data and is_type(obj, "pandas", "Series"):
+        # IPython shows a Series as text only; as a one-column table here.
+        try:
+            data["text/html"] = obj.to_frame()._repr_html_()
+        except Exception:
+            pass
+    if "image/png" not in data and is_type(obj, "matplotlib", "Figure"):
+        try:
+            import io
+
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            data["image/png"] = buf.getvalue()
+        except Exception as exc:
+            note(f"could not render the figure: {exc!r}")
+    if "text/plain" not in data:
+        if text is None:
+            try:
+                text = repr(obj)
+            except Exception as exc:
+                note(f"repr() of {type(obj).__name__} failed: {exc!r}")
+                text = f"<{type(obj).__name__} object>"
+            text, _ = truncate_utf8(text, RESULT_REPR_LIMIT)
+        data["text/plain"] = text
+    return select_mimes(data, include, exclude), metadata
+
+
+def select_mimes(data, include, exclude):
+    if include:
+        data = {k: v for k, v in data.items() if k in include}
+    if exclude:
+        data = {k: v for k, v in data.items() if k not in exclude}
+    return data
+
+
+def normalize_bundle(data):
+    """The bundle as JSON takes it: images and PDFs as base64 text, other
+    types as text, JSON types as JSON. What cannot be is dropped, said on
+    stderr."""
+    import base64
+
+    out = {}
+    for mime, value in data.items():
+        try:
+            if mime in BINARY_MIMES:
+                if isinstance(value, (bytes, bytearray, memoryview)):
+                    value = base64.b64encode(value).decode("ascii")
+                elif not isinstance(value, str):  # IPython: a str is base64 already
+                    raise TypeError(f"{type(value).__name__}, not bytes")
+            elif mime == "application/json" or mime.endswith("+json"):
+                if not isinstance(value, (dict, list)):
+                    raise TypeError(f"{type(value).__name__}, not a dict or list")
+            elif isinstance(value, (bytes, bytearray)):
+                value = bytes(value).decode("utf-8", "replace")
+            elif not isinstance(value, str):
+                raise TypeError(f"{type(value).__name__}, not str")
+        except Exception as exc:
+            note(f"{mime} output dropped: {exc}")
+            continue
+        out[mime] = value
+    return out
+
+
+class OutputWriter:
+    """Writes rich outputs as output-N.json in the figures dir, each with a
+    "display" record (or the "result" record, for the last expression's
+    value), and is the display() builtin."""
+
+    def __init__(self, records, saver):
+        self._records = records
+        self._saver = saver
+        self._dir = None
+        self._limit = 0
+        self._count = 0
+        self._limit_noted = False
+
+    def configure(self, figures_dir, limit, renumber=False):
+        self._dir = figures_dir
+        self._limit = limit
+        if renumber:  # a session's call: the daemon emptied the dir
+            self._count = 0
+            self._limit_noted = False
+
+    def write(self, data, metadata):
+        """Write one bundle; returns its file's name, or None."""
+        if self._dir is None:
+            return None
+        if self._count >= self._limit:
+            if not self._limit_noted:
+                note(f"output limit ({self._limit}) reached, further rich outputs are not kept")
+                self._limit_noted = True
+            return None
+        data = normalize_bundle(data)
+        if not data:
+            return None
+        import json
+
+        try:
+            md = json.loads(json.dumps(metadata or {}, default=str))
+        except Exception:
+            md = {}
+        try:
+            body = json.dumps({"data": data, "metadata": md}, ensure_ascii=False,
+                              allow_nan=False, default=str).encode("utf-8", "replace")
+        except (TypeError, ValueError, RecursionError) as exc:
+            note(f"output dropped: not JSON: {exc}")
+            return None
+        if len(body) > MAX_OUTPUT_BYTES:
+            note(f"output of {len(body)} bytes dropped: the bound is {MAX_OUTPUT_BYTES} bytes")
+            return None
+        self._count += 1
+        name = f"output-{self._count}.json"
+        path = os.path.join(self._dir, name)
+        try:
+            # Never follow or overwrite something user code put there.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            note(f"could not keep an output: {exc!r}")
+            return None
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view):]
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return name
+
+    def result(self, value, text):
+        """Write the last expression's bundle when it has more than
+        text/plain (text); returns its file's name, or None."""
+        try:
+            if is_type(value, "matplotlib", "Figure") and self._saver.save_now(value):
+                return None
+            data, md = mime_bundle(value, text=text)
+            if set(data) <= {"text/plain"}:
+                return None
+            return self.write(data, md)
+        except Exception as exc:
+            note(f"could not keep the result's rich output: {exc!r}")
+            return None
+
+    def display(self, *objs, include=None, exclude=None, metadata=None, raw=False, **kwargs):
+        """Show objects as rich outputs, as IPython's display() does:
+        each becomes an output of the run, in order, with the MIME types
+        its _repr_*_ methods give (raw=True: each is a bundle already)."""
+        for obj in objs:
+            if raw:
+                if not isinstance(obj, dict):
+                    note(f"display(raw=True) takes dicts of MIME type to data, not {type(obj).__name__}")
+                    continue
+                data, md = select_mimes(obj, include, exclude), {}
+            else:
+                method = real_method(obj, "_ipython_display_")
+                if method is not None:
+                    method()
+                    continue
+                if is_type(obj, "matplotlib", "Figure") and self._saver.save_now(obj):
+                    continue
+                data, md = mime_bundle(obj, include, exclude)
+            if metadata:
+                md = dict(md, **metadata)
+            name = self.write(data, md)
+            if name is not None:
+                self._records.emit({"type": "display", "name": name})
 
 
 def read_jobs():
@@ -399,6 +686,7 @@ def parse_job(raw):
         last_line_interactive=field("last_line_interactive", (bool,), False),
         figures_dir=field("figures_dir", (str, type(None)), None),
         max_figures=field("max_figures", (int,), 16),
+        max_outputs=field("max_outputs", (int,), 64),
         more=field("more", (bool,), False),
         session=field("session", (bool,), False),
         call=field("call", (int,), 0),
@@ -423,6 +711,8 @@ def parse_job(raw):
         raise JobError(f"bad 'filename': {parsed.filename!r}")
     if parsed.max_figures < 0:
         raise JobError(f"bad 'max_figures': {parsed.max_figures!r}")
+    if parsed.max_outputs < 0:
+        raise JobError(f"bad 'max_outputs': {parsed.max_outputs!r}")
     return parsed
 
 
@@ -547,7 +837,12 @@ def run(job, records, saver, begin=None):
             if value is not None:
                 text = repr(value)
                 shown, truncated = truncate_utf8(text, RESULT_REPR_LIMIT)
-                records.emit({"type": "result", "repr": shown, "truncated": truncated})
+                record = {"type": "result", "repr": shown, "truncated": truncated}
+                if OUTPUTS is not None:
+                    name = OUTPUTS.result(value, shown)
+                    if name is not None:
+                        record["name"] = name
+                records.emit(record)
                 print(text)
     except SystemExit:
         raise
@@ -830,6 +1125,8 @@ def run_user_process(records, saver):
         if job.exec is not None:
             exec_job(job)
         saver.configure(job.figures_dir, job.max_figures, renumber=job.session)
+        if OUTPUTS is not None:
+            OUTPUTS.configure(job.figures_dir, job.max_outputs, renumber=job.session)
         if job.session:
             if job.records is not None:
                 records.reattach(job.records)
@@ -911,7 +1208,7 @@ START_ENV = {}
 
 
 def main():
-    global STARTUP_MODULES, START_ENV
+    global STARTUP_MODULES, START_ENV, OUTPUTS
     START_ENV = {k: v for k, v in os.environ.items() if k != "JAILD_PREIMPORT"}
     # Imported as a module by the daemon: a runner.py the user puts in the
     # workspace must import as theirs.
@@ -924,6 +1221,8 @@ def main():
     records = RecordWriter(RECORD_FD)
     saver = FigureSaver(records)
     prepare_matplotlib(saver)
+    OUTPUTS = OutputWriter(records, saver)
+    builtins.display = OUTPUTS.display
     warm = preimport()
     # Keep the cyclic GC off everything that exists before the user's code
     # (the pre-imports, in a warm jail): collections during the run and at

@@ -525,7 +525,8 @@ class TestFigures(RunnerTestCase):
     def test_open_figure_saved_at_end(self):
         r = self.run_job("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.records, [{"type": "figure", "name": "figure-1.png"}])
+        self.assertEqual(r.records, [{"type": "figure", "name": "figure-1.png",
+                                      "text": "<Figure size 640x480 with 1 Axes>"}])
         self.assertPng("figure-1.png")
 
     def test_show_saves_and_closes(self):
@@ -561,6 +562,171 @@ class TestFigures(RunnerTestCase):
         r = self.run_job("import matplotlib\nprint(matplotlib.get_backend())\n")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.strip().lower(), "agg")
+
+
+HAVE_PANDAS = importlib.util.find_spec("pandas") is not None
+
+
+class TestRichOutputs(RunnerTestCase):
+    """display() and the last expression's MIME bundle, as IPython makes
+    them, written as output-N.json with their records."""
+
+    def output(self, name):
+        with open(os.path.join(self.figures, name), "rb") as f:
+            return json.loads(f.read())
+
+    def displayed(self, r):
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [self.output(rec["name"]) for rec in r.of_type("display")]
+
+    def test_repr_methods_in_order(self):
+        r = self.run_job(
+            "class Rich:\n"
+            "    def _repr_html_(self): return '<b>hi</b>'\n"
+            "    def _repr_markdown_(self): return '**hi**'\n"
+            "    def _repr_svg_(self): return '<svg/>'\n"
+            "    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\nxx'\n"
+            "    def _repr_latex_(self): return ('$x$', {'k': 1})\n"
+            "    def _repr_json_(self): return {'a': [1, 2]}\n"
+            "    def __repr__(self): return 'Rich()'\n"
+            "display(Rich(), 'text')\n"
+        )
+        (rich, text) = self.displayed(r)
+        self.assertEqual(rich["data"], {
+            "text/html": "<b>hi</b>", "text/markdown": "**hi**", "image/svg+xml": "<svg/>",
+            "image/png": "iVBORw0KGgp4eA==", "text/latex": "$x$", "application/json": {"a": [1, 2]},
+            "text/plain": "Rich()",
+        })
+        self.assertEqual(rich["metadata"], {"text/latex": {"k": 1}})
+        self.assertEqual(text["data"], {"text/plain": "'text'"})
+        self.assertEqual([rec["name"] for rec in r.of_type("display")], ["output-1.json", "output-2.json"])
+
+    def test_mimebundle_first_and_include_exclude(self):
+        r = self.run_job(
+            "class B:\n"
+            "    def _repr_mimebundle_(self, include=None, exclude=None):\n"
+            "        return {'text/html': '<i>b</i>', 'application/vnd.custom+json': {'x': 1}}, {'text/html': {'isolated': True}}\n"
+            "    def _repr_html_(self): return 'not used'\n"
+            "    def _repr_markdown_(self): return 'md'\n"
+            "display(B())\n"
+            "display(B(), exclude=['text/markdown'])\n"
+            "display(B(), include=['text/plain'])\n"
+        )
+        full, no_md, plain = self.displayed(r)
+        self.assertEqual(full["data"]["text/html"], "<i>b</i>")
+        self.assertEqual(full["data"]["application/vnd.custom+json"], {"x": 1})
+        self.assertEqual(full["data"]["text/markdown"], "md")
+        self.assertEqual(full["metadata"], {"text/html": {"isolated": True}})
+        self.assertNotIn("text/markdown", no_md["data"])
+        self.assertEqual(list(plain["data"]), ["text/plain"])
+
+    def test_failing_and_wrong_reprs_are_dropped(self):
+        r = self.run_job(
+            "class Bad:\n"
+            "    def _repr_html_(self): raise ValueError('no')\n"
+            "    def _repr_png_(self): return 'not bytes but str: taken as base64'\n"
+            "    def _repr_json_(self): return 42\n"
+            "    def _repr_markdown_(self): return None\n"
+            "    def __repr__(self): return 'Bad()'\n"
+            "class Everything:\n"
+            "    def __getattr__(self, name): return lambda *a, **k: '<b>claims all</b>'\n"
+            "    def __repr__(self): return 'Everything()'\n"
+            "display(Bad(), Everything(), Bad)\n"
+        )
+        bad, everything, cls = self.displayed(r)
+        self.assertEqual(bad["data"], {"image/png": "not bytes but str: taken as base64", "text/plain": "Bad()"})
+        self.assertIn("_repr_html_ failed: ValueError('no')", r.stderr)
+        self.assertIn("application/json output dropped", r.stderr)
+        self.assertEqual(everything["data"], {"text/plain": "Everything()"})
+        self.assertEqual(list(cls["data"]), ["text/plain"])
+
+    def test_ipython_display_and_raw(self):
+        r = self.run_job(
+            "class D:\n"
+            "    def _ipython_display_(self): display({'text/markdown': '# hi'}, raw=True)\n"
+            "display(D())\n"
+            "display({'text/plain': 'p', 'image/svg+xml': '<svg/>'}, raw=True, include=['image/svg+xml'])\n"
+        )
+        md, svg = self.displayed(r)
+        self.assertEqual(md["data"], {"text/markdown": "# hi"})
+        self.assertEqual(svg["data"], {"image/svg+xml": "<svg/>"})
+
+    def test_last_expression_bundle(self):
+        r = self.run_job(
+            "class H:\n"
+            "    def _repr_html_(self): return '<p>h</p>'\n"
+            "    def __repr__(self): return 'H()'\n"
+            "H()\n",
+            last_line_interactive=True,
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "H()\n")
+        (rec,) = r.records
+        self.assertEqual(rec, {"type": "result", "repr": "H()", "truncated": False, "name": "output-1.json"})
+        self.assertEqual(self.output("output-1.json")["data"], {"text/html": "<p>h</p>", "text/plain": "H()"})
+
+    def test_plain_last_expression_writes_no_file(self):
+        r = self.run_job("6 * 7\n", last_line_interactive=True)
+        self.assertEqual(r.records, [{"type": "result", "repr": "42", "truncated": False}])
+        self.assertEqual(os.listdir(self.figures), [])
+
+    def test_limits(self):
+        r = self.run_job(
+            "for i in range(3):\n    display({'text/plain': str(i)}, raw=True)\n"
+            "display({'text/plain': 'x' * (9 << 20)}, raw=True)\n",
+            max_outputs=2,
+        )
+        self.assertEqual(len(self.displayed(r)), 2)
+        self.assertIn("output limit (2) reached", r.stderr)
+        r = self.run_job("display({'text/plain': 'x' * (9 << 20)}, raw=True)\n")
+        self.assertEqual(self.displayed(r), [])
+        self.assertIn("bytes dropped: the bound is 8388608 bytes", r.stderr)
+
+    def test_never_follows_a_planted_link(self):
+        target = os.path.join(self.tmp, "target")
+        os.symlink(target, os.path.join(self.figures, "output-1.json"))
+        r = self.run_job("display({'text/plain': 'x'}, raw=True)\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(target))
+        self.assertEqual(r.of_type("display"), [])
+        self.assertIn("could not keep an output", r.stderr)
+
+    @unittest.skipUnless(HAVE_PANDAS, "pandas is not importable")
+    def test_dataframe_and_series(self):
+        r = self.run_job(
+            "import pandas as pd\n"
+            "df = pd.DataFrame({'a': [1, 2]})\n"
+            "display(df['a'])\n"
+            "df\n",
+            last_line_interactive=True,
+        )
+        (series,) = self.displayed(r)
+        self.assertIn("<table", series["data"]["text/html"])
+        self.assertIn("Name: a", series["data"]["text/plain"])
+        (result,) = r.of_type("result")
+        frame = self.output(result["name"])
+        self.assertIn("<table", frame["data"]["text/html"])
+        self.assertEqual(frame["data"]["text/plain"], result["repr"])
+
+    @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not importable")
+    def test_figures_in_order(self):
+        r = self.run_job(
+            "import matplotlib.pyplot as plt\n"
+            "from matplotlib.figure import Figure\n"
+            "fig = plt.figure(); plt.plot([1, 2])\n"
+            "display('before')\n"
+            "display(fig)\n"
+            "display(Figure())\n"
+            "plt.figure()\n"
+            "fig\n",
+            last_line_interactive=True,
+        )
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([(rec["type"], rec.get("name")) for rec in r.records], [
+            ("display", "output-1.json"), ("figure", "figure-1.png"), ("display", "output-2.json"),
+            ("result", None), ("figure", "figure-2.png"),
+        ])
+        self.assertTrue(self.output("output-2.json")["data"]["image/png"].startswith("iVBORw0KGgo"))
 
 
 def load_runner_module():
