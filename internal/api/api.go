@@ -6,6 +6,8 @@
 // with a new API version.
 package api
 
+import "encoding/json"
+
 // ExecuteRequest is the body of POST /v1/execute.
 type ExecuteRequest struct {
 	Code                string            `json:"code"`
@@ -79,7 +81,11 @@ type ExecuteResponse struct {
 	Result          *string    `json:"result"`
 	Files           []FileOut  `json:"files"`
 	Figures         []Figure   `json:"figures"`
-	Usage           Usage      `json:"usage"`
+	// Outputs are the rich outputs in the order produced: display(),
+	// matplotlib figures (as image/png) and the last expression's value
+	// (execute_result; Result is its text/plain).
+	Outputs []Output `json:"outputs"`
+	Usage   Usage    `json:"usage"`
 	// Network is the run's traffic; null when the run had no egress.
 	Network *NetworkUsage `json:"network"`
 }
@@ -115,6 +121,24 @@ type Figure struct {
 	Name       string `json:"name"`
 	ContentB64 string `json:"content_b64"`
 }
+
+// Output is one rich output, as a Jupyter notebook's: OutputType is
+// "display_data" or "execute_result"; Data maps MIME types to values:
+// text as a string, image/png, image/jpeg and application/pdf as base64,
+// application/json (and the +json types) as JSON; Metadata is an object,
+// per type. ExecutionCount is set on a session call's execute_result.
+type Output struct {
+	OutputType     string                     `json:"output_type"`
+	Data           map[string]json.RawMessage `json:"data"`
+	Metadata       map[string]json.RawMessage `json:"metadata"`
+	ExecutionCount *int                       `json:"execution_count,omitempty"`
+}
+
+// Output types.
+const (
+	OutputDisplayData   = "display_data"
+	OutputExecuteResult = "execute_result"
+)
 
 // Usage is the run's resource usage.
 type Usage struct {

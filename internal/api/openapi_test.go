@@ -39,7 +39,7 @@ func init() {
 		api.LimitValues{}, api.SeccompInfo{}, api.Capacity{}, api.CallerInfo{}, api.Health{},
 		api.ErrorBody{}, api.ErrorDetail{}, api.StoredFile{}, api.FileList{}, api.FilesInfo{},
 		api.SessionCreateRequest{}, api.Session{}, api.SessionList{}, api.SessionExecuteRequest{},
-		api.SessionExecuteResponse{}, api.SessionStatus{}, api.SessionInterruptResponse{}, api.SessionPauseResponse{}, api.SessionForkRequest{}, api.SessionForkResponse{}, api.Snapshot{}, api.SnapshotList{}, api.SessionRestoreRequest{}, api.PauseInfo{}, api.Event{}, api.Ready{}, api.FSEntry{}, api.FSListing{}, api.CommandRequest{}, api.CommandResult{}, api.CommandUsage{}, api.CommandInfo{}, api.CommandList{}, api.CommandStdinRequest{}, api.CommandSignalRequest{}, api.TerminalControl{}, api.TerminalMessage{},
+		api.SessionExecuteResponse{}, api.SessionStatus{}, api.SessionInterruptResponse{}, api.SessionPauseResponse{}, api.SessionForkRequest{}, api.SessionForkResponse{}, api.Snapshot{}, api.SnapshotList{}, api.SessionRestoreRequest{}, api.PauseInfo{}, api.Event{}, api.Ready{}, api.FSEntry{}, api.FSListing{}, api.CommandRequest{}, api.CommandResult{}, api.CommandUsage{}, api.CommandInfo{}, api.CommandList{}, api.CommandStdinRequest{}, api.CommandSignalRequest{}, api.TerminalControl{}, api.TerminalMessage{}, api.Output{},
 		api.EventStartData{}, api.EventText{}, api.EventResultData{}, api.ImageInfo{}, api.WheelInfo{},
 	} {
 		t := reflect.TypeOf(v)

@@ -26,10 +26,13 @@ const (
 	EventFigure    = "figure"    // Figure
 	EventException = "exception" // ExecError
 	EventResult    = "result"    // EventResultData
+	EventDisplay   = "display"   // Output (display_data)
 	EventKeepalive = "keepalive" // {}
 	// EventDone is the last event of a run that ran: the usual response
 	// (ExecuteResponse, or SessionExecuteResponse for a session's call)
-	// with stdout, stderr and figures empty (they were events; the
+	// with stdout, stderr, figures and outputs empty (they were events:
+	// figure for each figure, display for each display_data output,
+	// figures included, and result for the execute_result; the
 	// truncation flags are kept).
 	EventDone = "done"
 	// EventError is the last event of a request that failed after the
@@ -52,7 +55,10 @@ type EventText struct {
 }
 
 // EventResultData is the data of a result event: the repr of the final
-// expression (last_line_interactive).
+// expression (last_line_interactive), and its MIME bundle (Data and
+// Metadata as in Output: text/plain at least).
 type EventResultData struct {
-	Repr string `json:"repr"`
+	Repr     string                     `json:"repr"`
+	Data     map[string]json.RawMessage `json:"data,omitempty"`
+	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -15,8 +16,9 @@ import (
 
 const execHelp = `Code comes from -c CODE, or FILE, or stdin ("-" or no argument). The run's
 stdout and stderr are written to jailctl's as they arrive; returned files
-(--get) and matplotlib figures are written beneath --out-dir, never outside
-it. With --return-to-store the returned files stay in the daemon's file
+(--get), matplotlib figures and the images of display() (output-N.png)
+are written beneath --out-dir, never outside it; display()'s text/plain is
+printed after the run's output. With --return-to-store the returned files stay in the daemon's file
 store instead, and their IDs are printed ("jailctl files get ID").
 
 A --file larger than 1 MiB is stored in the daemon's file store first
@@ -106,6 +108,7 @@ func (e *env) report(resp *api.ExecuteResponse, outDir string) int {
 	if resp.StderrTruncated {
 		fmt.Fprintln(e.stderr, "jailctl: the run's stderr was truncated")
 	}
+	e.printDisplays(resp)
 	writeFailed := !e.writeOutputs(resp, outDir)
 	if resp.Message != "" && resp.Status != api.StatusOK {
 		fmt.Fprintf(e.stderr, "jailctl: %s\n", resp.Message)
@@ -140,6 +143,17 @@ func (e *env) writeOutputs(resp *api.ExecuteResponse, dir string) bool {
 	for _, f := range resp.Figures {
 		outs = append(outs, output{f.Name, f.ContentB64})
 	}
+	for i, o := range resp.Outputs {
+		if figureOutput(resp, o) {
+			continue
+		}
+		for _, im := range outputImages {
+			var b64 string
+			if json.Unmarshal(o.Data[im.mime], &b64) == nil && b64 != "" {
+				outs = append(outs, output{fmt.Sprintf("output-%d.%s", i+1, im.ext), b64})
+			}
+		}
+	}
 	if len(outs) == 0 {
 		return true
 	}
@@ -162,6 +176,40 @@ func (e *env) writeOutputs(resp *api.ExecuteResponse, dir string) bool {
 		fmt.Fprintf(e.stderr, "wrote %s\n", quoteName(filepath.Join(dir, filepath.Clean(o.name))))
 	}
 	return ok
+}
+
+// The types of a rich output that jailctl saves as files (base64 on the
+// wire; an SVG is text, saved as it is).
+var outputImages = []struct{ mime, ext string }{{"image/png", "png"}, {"image/jpeg", "jpg"}, {"application/pdf", "pdf"}}
+
+// figureOutput reports whether o is one of resp's figures as an output
+// (its image/png is a figure's, which is saved under the figure's name).
+func figureOutput(resp *api.ExecuteResponse, o api.Output) bool {
+	var b64 string
+	if json.Unmarshal(o.Data["image/png"], &b64) != nil {
+		return false
+	}
+	for _, f := range resp.Figures {
+		if f.ContentB64 == b64 {
+			return true
+		}
+	}
+	return false
+}
+
+// printDisplays prints the text/plain of each display() output on
+// stdout, after the run's own output (the last expression's value the
+// runner printed itself), as a terminal shows what a notebook would.
+func (e *env) printDisplays(resp *api.ExecuteResponse) {
+	for _, o := range resp.Outputs {
+		if o.OutputType != api.OutputDisplayData || figureOutput(resp, o) {
+			continue
+		}
+		var text string
+		if json.Unmarshal(o.Data["text/plain"], &text) == nil {
+			fmt.Fprintln(e.stdout, text)
+		}
+	}
 }
 
 // exitCode maps a run's outcome to jailctl's exit status, as timeout(1)

@@ -129,6 +129,7 @@ type streamReader struct {
 	held           int64
 	stdout, stderr strings.Builder
 	figures        []api.Figure
+	outputs        []api.Output
 }
 
 func (s *streamReader) read(body io.Reader) error {
@@ -191,6 +192,22 @@ func (s *streamReader) event(line []byte) (last bool, err error) {
 		}
 		s.figures = append(s.figures, f)
 		s.held += int64(len(f.ContentB64))
+	case api.EventDisplay:
+		var o api.Output
+		if err := decode(&o); err != nil {
+			return false, err
+		}
+		s.outputs = append(s.outputs, o)
+		s.held += int64(len(ev.Data))
+	case api.EventResult:
+		var r api.EventResultData
+		if err := decode(&r); err != nil {
+			return false, err
+		}
+		if len(r.Data) > 0 {
+			s.outputs = append(s.outputs, api.Output{OutputType: api.OutputExecuteResult, Data: r.Data, Metadata: r.Metadata})
+			s.held += int64(len(ev.Data))
+		}
 	case api.EventDone:
 		if err := checkObject(ev.Data); err != nil {
 			return false, fmt.Errorf("malformed stream: done event %d: %w", ev.ID, err)
@@ -232,6 +249,9 @@ func (s *streamReader) event(line []byte) (last bool, err error) {
 		if len(s.figures) > 0 {
 			s.base.Figures = s.figures
 		}
+		if len(s.outputs) > 0 {
+			s.base.Outputs = s.outputs
+		}
 	}
 	return last, nil
 }
@@ -267,14 +287,23 @@ func replay(base *api.ExecuteResponse, out any, on func(api.Event) error) error 
 	if base.Error != nil {
 		try(api.EventException, base.Error)
 	}
-	if base.Result != nil {
+	result := false
+	for _, o := range base.Outputs {
+		if o.OutputType == api.OutputExecuteResult && base.Result != nil {
+			result = true
+			try(api.EventResult, api.EventResultData{Repr: *base.Result, Data: o.Data, Metadata: o.Metadata})
+		} else {
+			try(api.EventDisplay, o)
+		}
+	}
+	if base.Result != nil && !result {
 		try(api.EventResult, api.EventResultData{Repr: *base.Result})
 	}
 	// done as a stream has it: without what the events carried.
-	stdout, stderr, figures := base.Stdout, base.Stderr, base.Figures
-	base.Stdout, base.Stderr, base.Figures = "", "", []api.Figure{}
+	stdout, stderr, figures, outputs := base.Stdout, base.Stderr, base.Figures, base.Outputs
+	base.Stdout, base.Stderr, base.Figures, base.Outputs = "", "", []api.Figure{}, []api.Output{}
 	try(api.EventDone, out)
-	base.Stdout, base.Stderr, base.Figures = stdout, stderr, figures
+	base.Stdout, base.Stderr, base.Figures, base.Outputs = stdout, stderr, figures, outputs
 	if err != nil {
 		return fmt.Errorf("encode events: %w", err)
 	}

@@ -3,6 +3,7 @@ package mcp
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"mime"
 	"net/url"
@@ -47,6 +48,11 @@ func runResult(resp *api.ExecuteResponse, sess *CallSession) (*sdk.CallToolResul
 		out.Figures = append(out.Figures, f.Name)
 		attached = append(attached, &sdk.ImageContent{Data: png, MIMEType: "image/png"})
 	}
+	rich, err := outputContents(resp)
+	if err != nil {
+		return nil, nil, err
+	}
+	attached = append(attached, rich...)
 	for _, f := range resp.Files {
 		fr := FileResult{Path: f.Path, SizeBytes: f.SizeBytes, FileID: f.FileID, SHA256: f.SHA256, Error: f.Error}
 		switch {
@@ -69,6 +75,68 @@ func runResult(resp *api.ExecuteResponse, sess *CallSession) (*sdk.CallToolResul
 		IsError: resp.Status != api.StatusOK,
 	}
 	return res, out, nil
+}
+
+// Text types of a rich output a model is given as text, in this order;
+// text/plain only when none of them is there.
+var outputTexts = []string{"text/markdown", "text/html", "application/json", "text/latex", "image/svg+xml"}
+
+// outputContents are the run's rich outputs for the model (figures are
+// attached already): a text per output with its text types, and its
+// PNG or JPEG as an image. An execute_result with text/plain alone is
+// the stdout's last line already and adds nothing.
+func outputContents(resp *api.ExecuteResponse) ([]sdk.Content, error) {
+	figures := map[string]bool{}
+	for _, f := range resp.Figures {
+		figures[f.ContentB64] = true
+	}
+	var out []sdk.Content
+	for i, o := range resp.Outputs {
+		var png string
+		if json.Unmarshal(o.Data["image/png"], &png) == nil && figures[png] {
+			continue
+		}
+		var b strings.Builder
+		for _, typ := range outputTexts {
+			v, ok := o.Data[typ]
+			if !ok {
+				continue
+			}
+			var text string
+			if json.Unmarshal(v, &text) != nil {
+				text = string(v) // JSON types are JSON
+			}
+			fmt.Fprintf(&b, "%s:\n%s\n", typ, strings.TrimSuffix(text, "\n"))
+		}
+		var images []sdk.Content
+		for _, typ := range []string{"image/png", "image/jpeg"} {
+			var b64 string
+			if json.Unmarshal(o.Data[typ], &b64) != nil || b64 == "" {
+				continue
+			}
+			data, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				return nil, fmt.Errorf("malformed response from jaild: output %d: %s: %w", i+1, typ, err)
+			}
+			images = append(images, &sdk.ImageContent{Data: data, MIMEType: typ})
+		}
+		if b.Len() == 0 && o.OutputType == api.OutputDisplayData {
+			var text string
+			if json.Unmarshal(o.Data["text/plain"], &text) == nil {
+				fmt.Fprintf(&b, "text/plain:\n%s\n", strings.TrimSuffix(text, "\n"))
+			}
+		}
+		if b.Len() == 0 && len(images) == 0 {
+			continue
+		}
+		head := fmt.Sprintf("output %d (%s)", i+1, o.OutputType)
+		if len(images) > 0 {
+			head += ", its image attached next"
+		}
+		out = append(out, &sdk.TextContent{Text: head + ":\n" + strings.TrimSuffix(b.String(), "\n")})
+		out = append(out, images...)
+	}
+	return out, nil
 }
 
 // fileURI names a returned file: jaild://RUN_ID/PATH. The jail it came

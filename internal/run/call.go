@@ -91,6 +91,7 @@ type sessionCall struct {
 	committed  bool   // the call ran: its number is its own
 	frame      []byte // the job, encoded
 	figs       string // the jail's figures directory, on the host
+	outputs    []spec.OutputRef
 
 	stdout, stderr *runner.Capture
 	overflow       chan struct{} // closed when a capture went past the call's bound
@@ -205,7 +206,7 @@ func (sc *sessionCall) encode() error {
 	stdin := runner.Latin1(c.Stdin)
 	job := runner.Job{
 		Code: c.Code, Filename: fmt.Sprintf("call-%d.py", sc.cs.n), LastLineInteractive: c.LastLineInteractive,
-		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: ss.env,
+		FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, MaxOutputs: workspace.MaxOutputs, Env: ss.env,
 		Session: true, Call: sc.cs.n, Stdin: &stdin, CPUSeconds: int((c.Timeout+spec.InterruptGrace+time.Second-1)/time.Second) + 1,
 	}
 	ss.mu.Lock()
@@ -488,6 +489,7 @@ func (sc *sessionCall) collect() {
 	recs := runner.ParseRecords(sc.cs.records, strings.Count(sc.c.Code, "\n")+1)
 	ss.mu.Unlock()
 	res.Exception, res.ResultRepr = recs.Exception, recs.Result
+	sc.outputs = recs.Outputs
 }
 
 // settle says what became of the interpreter: kept (the call's end
@@ -559,6 +561,7 @@ func (sc *sessionCall) finish() {
 			}
 		default:
 			res.Figures = workspace.ReadFigures(sc.figs)
+			res.Outputs = workspace.ReadOutputs(sc.figs, sc.outputs, res.Figures, res.ResultRepr)
 		}
 		if frozen && len(c.ReturnFiles) > 0 {
 			files, err := collect(j, c.ReturnFiles, c.Hooks, ss.s.log)

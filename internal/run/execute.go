@@ -45,7 +45,7 @@ func (s *Service) execute(ctx context.Context, st *started, req *Request) (*Resu
 		readers.Go(func() { records.Drain(p.recR) })
 		job := runner.Job{
 			Code: req.Code, Filename: "main.py", LastLineInteractive: req.LastLineInteractive,
-			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, Env: req.Env, Rlimits: req.Limits.RlimitsByName(),
+			FiguresDir: figuresDir, MaxFigures: workspace.MaxFigures, MaxOutputs: workspace.MaxOutputs, Env: req.Env, Rlimits: req.Limits.RlimitsByName(),
 		}
 		if !code {
 			job = runner.Job{Exec: req.Command, Filename: "main.py", Env: req.Env, Rlimits: req.Limits.RlimitsByName()}
@@ -107,7 +107,9 @@ wait:
 		}
 		if code {
 			res.Exception, res.ResultRepr = recs.Exception, recs.Result
-			res.Figures = workspace.ReadFigures(filepath.Join(j.MetaHostDir(), "figures"))
+			figs := filepath.Join(j.MetaHostDir(), "figures")
+			res.Figures = workspace.ReadFigures(figs)
+			res.Outputs = workspace.ReadOutputs(figs, recs.Outputs, res.Figures, res.ResultRepr)
 		}
 	}
 	if len(req.ReturnFiles) > 0 {

@@ -26,12 +26,15 @@ import (
 // a job with More the runner writes an "end" record and reads the next:
 // the user's globals, imports and files persist (see runner.py).
 type Job struct {
-	Code                string            `json:"code"`
-	Filename            string            `json:"filename"`
-	LastLineInteractive bool              `json:"last_line_interactive"`
-	FiguresDir          string            `json:"figures_dir"`
-	MaxFigures          int               `json:"max_figures"`
-	Env                 map[string]string `json:"env,omitempty"`
+	Code                string `json:"code"`
+	Filename            string `json:"filename"`
+	LastLineInteractive bool   `json:"last_line_interactive"`
+	FiguresDir          string `json:"figures_dir"`
+	MaxFigures          int    `json:"max_figures"`
+	// MaxOutputs bounds the job's rich outputs (display() and the last
+	// expression's bundle), written as output-N.json in FiguresDir.
+	MaxOutputs int               `json:"max_outputs"`
+	Env        map[string]string `json:"env,omitempty"`
 	// Rlimits are lowered by the runner in the user's process before the
 	// code runs: a warm jail was created with higher ones. Only the first
 	// job's apply (rlimits can only be lowered).
@@ -167,6 +170,8 @@ type record struct {
 	Message string           `json:"message"`
 	Line    *json.RawMessage `json:"line"`
 	Repr    *string          `json:"repr"`
+	Name    string           `json:"name"`
+	Text    string           `json:"text"`
 	Signal  int              `json:"signal"`
 	Status  *int             `json:"status"`
 	Call    int              `json:"call"`
@@ -206,6 +211,56 @@ type Records struct {
 	// More), with Status: 0, 1 for an uncaught exception.
 	Ended  bool
 	Status int
+	// Outputs are the job's rich outputs in the order of their records
+	// (display, figure, result), at most spec.MaxOutputs: where to find
+	// each, nothing read yet.
+	Outputs []spec.OutputRef
+}
+
+// FeatureOutputs is the runner feature of rich outputs: display() and
+// the output-N.json files their records name.
+const FeatureOutputs = "outputs"
+
+const maxFigureTextBytes = 256
+
+// OutputName reports whether name is a rich output's file, output-N.json
+// (N from 1, no leading zeros), or with png a figure's, figure-N.png.
+func OutputName(name string, png bool) bool {
+	prefix, suffix := "output-", ".json"
+	if png {
+		prefix, suffix = "figure-", ".png"
+	}
+	num, ok := strings.CutPrefix(name, prefix)
+	num, ok2 := strings.CutSuffix(num, suffix)
+	if !ok || !ok2 || len(num) == 0 || len(num) > 6 || num[0] == '0' {
+		return false
+	}
+	for _, c := range num {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// addOutput appends ref to out.Outputs unless its file is there already
+// or the outputs are full; a later result replaces an earlier one (the
+// runner writes its own last).
+func (out *Records) addOutput(ref spec.OutputRef) {
+	for i, o := range out.Outputs {
+		if ref.Type == spec.OutputResult && o.Type == spec.OutputResult {
+			out.Outputs = append(out.Outputs[:i], out.Outputs[i+1:]...)
+			break
+		}
+	}
+	for _, o := range out.Outputs {
+		if (ref.Name != "" && o.Name == ref.Name) || (ref.Figure != "" && o.Figure == ref.Figure) {
+			return
+		}
+	}
+	if len(out.Outputs) < spec.MaxOutputs {
+		out.Outputs = append(out.Outputs, ref)
+	}
 }
 
 // ParseRecords decodes the runner's JSON-lines side channel. Its bytes come
@@ -242,6 +297,19 @@ func ParseRecords(data []byte, codeLines int) Records {
 			if r.Repr != nil {
 				s := clip(*r.Repr, maxResultBytes)
 				out.Result = &s
+				ref := spec.OutputRef{Type: spec.OutputResult}
+				if OutputName(r.Name, false) {
+					ref.Name = r.Name
+				}
+				out.addOutput(ref)
+			}
+		case "display":
+			if OutputName(r.Name, false) {
+				out.addOutput(spec.OutputRef{Type: spec.OutputDisplay, Name: r.Name})
+			}
+		case "figure":
+			if OutputName(r.Name, true) {
+				out.addOutput(spec.OutputRef{Type: spec.OutputDisplay, Figure: r.Name, Text: clip(r.Text, maxFigureTextBytes)})
 			}
 		case "exit":
 			if r.Signal > 0 && r.Signal < 65 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/jaild/jaild/internal/run/spec"
 )
 
 func TestParseRecords(t *testing.T) {
@@ -161,4 +163,48 @@ func FuzzParseJobRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseRecordsOutputs(t *testing.T) {
+	data := []byte(`{"type":"display","name":"output-1.json"}
+{"type":"result","repr":"forged","name":"output-9.json"}
+{"type":"figure","name":"figure-1.png","text":"` + strings.Repeat("F", 1000) + `"}
+{"type":"display","name":"../etc/passwd"}
+{"type":"display","name":"output-01.json"}
+{"type":"display","name":"output-1.json"}
+{"type":"figure","name":"figure-1.png","text":"again"}
+{"type":"figure","name":"output-2.json"}
+{"type":"display","name":"output-2.json"}
+{"type":"result","repr":"R","name":"figure-2.png"}
+`)
+	recs := ParseRecords(data, 1)
+	var got []string
+	for _, o := range recs.Outputs {
+		got = append(got, o.Type+" "+o.Name+o.Figure)
+	}
+	want := "display_data output-1.json|display_data figure-1.png|display_data output-2.json|execute_result "
+	if strings.Join(got, "|") != want {
+		t.Errorf("outputs %q\nwant %q", strings.Join(got, "|"), want)
+	}
+	if len(recs.Outputs[1].Text) > maxFigureTextBytes {
+		t.Errorf("figure text of %d bytes", len(recs.Outputs[1].Text))
+	}
+	if recs.Result == nil || *recs.Result != "R" {
+		t.Errorf("result %v", recs.Result)
+	}
+	var many bytes.Buffer
+	for i := range 100 {
+		many.WriteString(`{"type":"display","name":"output-` + strings.Repeat("1", 1) + string(rune('0'+i%10)) + string(rune('0'+i/10)) + `.json"}` + "\n")
+	}
+	if n := len(ParseRecords(many.Bytes(), 1).Outputs); n != spec.MaxOutputs {
+		t.Errorf("%d outputs kept of 100, want %d", n, spec.MaxOutputs)
+	}
+	for name, ok := range map[string]bool{"output-1.json": true, "output-123456.json": true, "output-0.json": false, "output-1234567.json": false, "output-.json": false, "output-1.png": false, "output-x.json": false} {
+		if OutputName(name, false) != ok {
+			t.Errorf("OutputName(%q) = %v", name, !ok)
+		}
+	}
+	if !OutputName("figure-3.png", true) || OutputName("figure-3.json", true) {
+		t.Error("OutputName for figures")
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -83,7 +84,7 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 		jr.OnStart(res.ID, res.Warm)
 	}
 	bulk := newBulkSet()
-	events := finalEvents(res, bulk)
+	events := finalEvents(res, bulk, nil)
 	resp := response(res, jr.Limits, bulk)
 	events = append(events, finalEvent{api.EventDone, resp, bulk})
 	if err := live.end(events); err != nil {
@@ -93,9 +94,10 @@ func (s *Server) executeStream(w http.ResponseWriter, r *http.Request, format st
 }
 
 // finalEvents are the events of a run's end before done: its figures,
-// exception and result. The figures are taken out of res (done does not
-// repeat them).
-func finalEvents(res *spec.Result, bulk *bulkSet) []finalEvent {
+// exception, and its outputs in order (display, and result for the
+// execute_result; count is a session call's number). The figures and
+// outputs are taken out of res (done does not repeat them).
+func finalEvents(res *spec.Result, bulk *bulkSet, count *int) []finalEvent {
 	var out []finalEvent
 	for _, f := range res.Figures {
 		out = append(out, finalEvent{api.EventFigure, api.Figure{Name: f.Name, ContentB64: bulk.add(f.Data)}, bulk})
@@ -104,8 +106,47 @@ func finalEvents(res *spec.Result, bulk *bulkSet) []finalEvent {
 	if e := execError(res.Exception); e != nil {
 		out = append(out, finalEvent{api.EventException, e, nil})
 	}
-	if res.ResultRepr != nil {
+	result := false
+	for _, o := range res.Outputs {
+		w := wireOutput(o, bulk, count)
+		if o.Type == spec.OutputResult && res.ResultRepr != nil {
+			result = true
+			out = append(out, finalEvent{api.EventResult, api.EventResultData{Repr: *res.ResultRepr, Data: w.Data, Metadata: w.Metadata}, bulk})
+			continue
+		}
+		out = append(out, finalEvent{api.EventDisplay, w, bulk})
+	}
+	res.Outputs = nil
+	if res.ResultRepr != nil && !result {
 		out = append(out, finalEvent{api.EventResult, api.EventResultData{Repr: *res.ResultRepr}, nil})
+	}
+	return out
+}
+
+// wireOutput is o on the wire, its bytes and texts as bulk's
+// placeholders; count, when set, is an execute_result's execution_count.
+func wireOutput(o spec.Output, bulk *bulkSet, count *int) api.Output {
+	out := api.Output{OutputType: o.Type, Data: make(map[string]json.RawMessage, len(o.Data)), Metadata: map[string]json.RawMessage{}}
+	for _, v := range o.Data {
+		var s string
+		switch {
+		case v.JSON != nil:
+			out.Data[v.Type] = v.JSON
+			continue
+		case v.Bytes != nil:
+			s = bulk.add(v.Bytes)
+		default:
+			s = bulk.addText(v.Text)
+		}
+		raw, _ := json.Marshal(s) // a string: Marshal cannot fail
+		out.Data[v.Type] = raw
+	}
+	if o.Metadata != nil && json.Unmarshal(o.Metadata, &out.Metadata) != nil {
+		out.Metadata = map[string]json.RawMessage{}
+	}
+	if o.Type == spec.OutputResult && count != nil {
+		n := *count
+		out.ExecutionCount = &n
 	}
 	return out
 }
@@ -150,6 +191,12 @@ func resultBytes(res *spec.Result, queued int64) int64 {
 	}
 	for _, f := range res.Figures {
 		n += int64(len(f.Data))
+	}
+	for _, o := range res.Outputs { // a figure's counts twice: conservative
+		for _, v := range o.Data {
+			n += v.Size()
+		}
+		n += int64(len(o.Metadata))
 	}
 	return n
 }
@@ -222,6 +269,7 @@ func response(res *spec.Result, l spec.Limits, bulk *bulkSet) *api.ExecuteRespon
 		Result:          res.ResultRepr,
 		Files:           []api.FileOut{},
 		Figures:         []api.Figure{},
+		Outputs:         []api.Output{},
 		Usage: api.Usage{
 			DurationMs:      res.Duration.Milliseconds(),
 			CPUMs:           res.CPUTime.Milliseconds(),
@@ -255,6 +303,9 @@ func response(res *spec.Result, l spec.Limits, bulk *bulkSet) *api.ExecuteRespon
 	}
 	for _, f := range res.Figures {
 		out.Figures = append(out.Figures, api.Figure{Name: f.Name, ContentB64: bulk.add(f.Data)})
+	}
+	for _, o := range res.Outputs {
+		out.Outputs = append(out.Outputs, wireOutput(o, bulk, nil))
 	}
 	out.Message = message(res, l)
 	return out

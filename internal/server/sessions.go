@@ -263,9 +263,14 @@ func (s *Server) sessionExecute(w http.ResponseWriter, r *http.Request) error {
 	bulk := newBulkSet()
 	var events []finalEvent
 	if live != nil {
-		events = finalEvents(&res.Result, bulk)
+		events = finalEvents(&res.Result, bulk, &res.Count)
 	}
 	resp := &api.SessionExecuteResponse{ExecuteResponse: *response(&res.Result, l, bulk), ExecutionCount: res.Count}
+	for i := range resp.Outputs {
+		if resp.Outputs[i].OutputType == api.OutputExecuteResult {
+			resp.Outputs[i].ExecutionCount = &resp.ExecutionCount
+		}
+	}
 	after, err := s.sessions.Get(id, sw)
 	if err != nil { // dropped from the table meanwhile
 		after = info

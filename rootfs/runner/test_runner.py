@@ -724,9 +724,13 @@ class TestRichOutputs(RunnerTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([(rec["type"], rec.get("name")) for rec in r.records], [
             ("display", "output-1.json"), ("figure", "figure-1.png"), ("display", "output-2.json"),
-            ("result", None), ("figure", "figure-2.png"),
+            ("result", "output-3.json"), ("figure", "figure-2.png"),
         ])
         self.assertTrue(self.output("output-2.json")["data"]["image/png"].startswith("iVBORw0KGgo"))
+        # fig, closed by display(fig), is no longer pyplot's: rendered.
+        result = self.output("output-3.json")["data"]
+        self.assertTrue(result["image/png"].startswith("iVBORw0KGgo"))
+        self.assertEqual(result["text/plain"], "<Figure size 640x480 with 1 Axes>")
 
 
 def load_runner_module():

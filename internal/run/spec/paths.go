@@ -24,6 +24,11 @@ const (
 	// MaxFiguresTotalBytes bounds a run's figures together; figures past
 	// it are left out, as those past MaxFigures are.
 	MaxFiguresTotalBytes = 32 << 20
+	// MaxOutputs bounds a run's rich outputs (figures included),
+	// MaxOutputBytes one output's file; the outputs' bytes and the
+	// figures' share MaxFiguresTotalBytes.
+	MaxOutputs     = 64
+	MaxOutputBytes = 8 << 20
 )
 
 // ValidatePath checks a workspace-relative path from a caller: non-empty,

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/jaild/jaild/internal/pool"
@@ -47,6 +48,46 @@ type Figure struct {
 	Data []byte
 }
 
+// Output types of rich outputs (Output.Type), as Jupyter names them.
+const (
+	OutputDisplay = "display_data"   // display(), or a figure
+	OutputResult  = "execute_result" // the last expression's value
+)
+
+// OutputRef is the runner's word on one rich output, in the order the
+// records give: a "display" or "result" record naming its output-N.json
+// (Name; none for a result with only text/plain), or a "figure" record
+// naming its figure-N.png with the figure's text. Records come from the
+// jail: a ref only says where to look, and what is found is validated.
+type OutputRef struct {
+	Type   string // OutputDisplay or OutputResult
+	Name   string // output-N.json, or empty
+	Figure string // figure-N.png, for a figure
+	Text   string // a figure's text/plain
+}
+
+// Output is one rich output of a run: a MIME bundle, as a notebook's
+// display_data or execute_result. Data is in the order of the runner's
+// file, at most one value per type.
+type Output struct {
+	Type     string
+	Data     []MimeValue
+	Metadata json.RawMessage // a compact JSON object, or nil for {}
+}
+
+// MimeValue is one type's value of a bundle: text (Text, UTF-8), bytes
+// (image/png, image/jpeg and application/pdf; base64 on the wire), or
+// JSON (application/json and the +json types).
+type MimeValue struct {
+	Type  string
+	Text  []byte
+	Bytes []byte
+	JSON  json.RawMessage
+}
+
+// Size is the bytes v holds.
+func (v MimeValue) Size() int64 { return int64(len(v.Text) + len(v.Bytes) + len(v.JSON)) }
+
 // Result is everything a run produced. Every byte in it came from the jail
 // and has been bounded; text fields may hold invalid UTF-8.
 type Result struct {
@@ -67,8 +108,12 @@ type Result struct {
 	Exception       *Exception
 	ResultRepr      *string
 	Figures         []Figure // PNGs saved by the runner from matplotlib figures
-	Files           []ReturnedFile
-	Warm            bool // served by a jail from the warm pool
+	// Outputs are the rich outputs in the order produced: display(),
+	// figures (sharing the Figures' bytes) and the last expression's
+	// value.
+	Outputs []Output
+	Files   []ReturnedFile
+	Warm    bool // served by a jail from the warm pool
 	// Start is the time it took to have a jail ready for the run: taking
 	// one from the warm pool, or creating and starting a cold one (0 for
 	// a session's call).

@@ -109,6 +109,7 @@ function clearOutput() {
   $('exception').hidden = true;
   $('diagnostics').hidden = true;
   $('figures').replaceChildren();
+  $('outputs').replaceChildren();
   $('files').replaceChildren();
   view.dispatch({ effects: markException.of(null) });
 }
@@ -161,11 +162,35 @@ function run() {
       box.onclick = () => r.error.line && goToLine(r.error.line);
       view.dispatch({ effects: markException.of({ line: r.error.line, title: `${r.error.type}: ${r.error.message}` }) });
     }
+    const figures = new Set((r.figures ?? []).map((f) => f.content_b64));
+    for (const o of r.outputs ?? []) {
+      if (!figures.has(o.data['image/png'])) $('outputs').append(outputItem(o));
+    }
     for (const f of r.figures ?? []) {
       $('figures').append(h('figure', {}, h('img', { src: 'data:image/png;base64,' + f.content_b64, alt: f.name }), h('figcaption', {}, f.name)));
     }
     for (const f of r.files ?? []) $('files').append(fileItem(f));
   });
+}
+
+// outputItem shows one rich output: HTML in an iframe sandboxed without
+// scripts or the page's origin, images inline, text as text.
+function outputItem(o) {
+  const d = o.data;
+  const box = h('div', { class: 'output', 'data-type': o.output_type });
+  if (typeof d['text/html'] === 'string') {
+    box.append(h('iframe', { sandbox: '', srcdoc: d['text/html'], title: 'HTML output', referrerpolicy: 'no-referrer' }));
+  } else if (typeof d['image/png'] === 'string' || typeof d['image/jpeg'] === 'string') {
+    const type = typeof d['image/png'] === 'string' ? 'image/png' : 'image/jpeg';
+    box.append(h('img', { src: `data:${type};base64,${d[type]}`, alt: d['text/plain'] ?? type }));
+  } else if (typeof d['image/svg+xml'] === 'string') {
+    const url = URL.createObjectURL(new Blob([d['image/svg+xml']], { type: 'image/svg+xml' }));
+    box.append(h('img', { src: url, alt: d['text/plain'] ?? 'SVG' }));
+  } else {
+    const text = d['text/markdown'] ?? d['text/latex'] ?? (d['application/json'] !== undefined ? JSON.stringify(d['application/json'], null, 2) : d['text/plain']);
+    box.append(h('pre', {}, String(text ?? '')));
+  }
+  return box;
 }
 
 function fileItem(f) {
