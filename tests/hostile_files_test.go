@@ -2,8 +2,10 @@ package tests
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -372,6 +374,41 @@ print(sorted(os.listdir(d)))
 					t.Errorf("run took %d ms", r.Usage.DurationMs)
 				}
 				return "returned figures: " + strings.Join(names, ", ") + "; the symlink, FIFO, non-PNG and 9 MiB file were ignored"
+			}},
+		{id: "A17", cat: catFiles, title: "forged rich outputs: output-N.json files in the figures directory that are a symlink to /etc/shadow, a FIFO, 9 MiB, nested 100,000 deep, a PNG that is not one, a 200-byte MIME type, HTML as a list, 10,000 types; forged display and result records naming them and ../../etc/shadow",
+			expect: "links and special files are not followed or opened blocking; oversized and malformed files are left out; a value that breaks its type's rule is dropped and the rest kept; at most 32 types per output; the run ends promptly",
+			code: `import os, json, base64
+d = '/jaild/figures'
+def w(o): os.write(4, json.dumps(o).encode() + b'\n')
+os.symlink('/etc/shadow', d + '/output-1.json')
+os.mkfifo(d + '/output-2.json')
+open(d + '/output-3.json', 'w').write('{"data": {"text/plain": "' + 'x' * (9 << 20) + '"}}')
+open(d + '/output-4.json', 'w').write('[' * 100000)
+open(d + '/output-5.json', 'w').write(json.dumps({"data": {"image/png": base64.b64encode(b"GIF89a").decode(), "x" * 200 + "/y": "v", "text/html": ["<b>", "</b>"], "text/plain": "five"}}))
+open(d + '/output-6.json', 'w').write(json.dumps({"data": {f"text/x-{i}": "v" for i in range(10000)}}))
+open(d + '/output-7.json', 'w').write(json.dumps({"data": {"text/plain": "seven"}, "metadata": {"m": "x" * (100 << 10)}}))
+for n in range(1, 8):
+    w({"type": "display", "name": f"output-{n}.json"})
+w({"type": "display", "name": "../../etc/shadow"})
+w({"type": "result", "repr": "forged", "name": "output-1.json"})
+print('done')
+`,
+			check: func(t *testing.T, r *api.ExecuteResponse) string {
+				wantStatus(t, r, "ok")
+				var got []string
+				for _, o := range r.Outputs {
+					var plain string
+					_ = json.Unmarshal(o.Data["text/plain"], &plain)
+					got = append(got, fmt.Sprintf("%s %d types %q metadata %d", o.OutputType, len(o.Data), plain, len(o.Metadata)))
+				}
+				want := []string{`display_data 1 types "five" metadata 0`, `display_data 32 types "" metadata 0`, `display_data 1 types "seven" metadata 0`, `execute_result 1 types "forged" metadata 0`}
+				if !slices.Equal(got, want) {
+					t.Errorf("outputs %q\nwant %q", got, want)
+				}
+				if r.Usage.DurationMs > 10000 {
+					t.Errorf("run took %d ms", r.Usage.DurationMs)
+				}
+				return "outputs: output-5's text/plain alone, output-6 with 32 of its types, output-7 with its oversized metadata as {}, and the forged result as text; the link, FIFO, 9 MiB and nested files were left out"
 			}},
 		{id: "A15", cat: catFiles, title: "symlink loops and directory symlinks under a ** pattern",
 			expect: "the walk does not follow links or loop; links are reported as symlinks; the real file is returned",

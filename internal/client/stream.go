@@ -205,6 +205,9 @@ func (s *streamReader) event(line []byte) (last bool, err error) {
 			return false, err
 		}
 		if len(r.Data) > 0 {
+			if r.Metadata == nil {
+				r.Metadata = map[string]json.RawMessage{}
+			}
 			s.outputs = append(s.outputs, api.Output{OutputType: api.OutputExecuteResult, Data: r.Data, Metadata: r.Metadata})
 			s.held += int64(len(ev.Data))
 		}

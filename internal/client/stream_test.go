@@ -35,7 +35,7 @@ func ndjson(w http.ResponseWriter, events ...any) {
 // stripped is r as a done event carries it: without the output that the
 // events carried.
 func stripped(r api.ExecuteResponse) api.ExecuteResponse {
-	r.Stdout, r.Stderr, r.Figures = "", "", []api.Figure{}
+	r.Stdout, r.Stderr, r.Figures, r.Outputs = "", "", []api.Figure{}, []api.Output{}
 	return r
 }
 
@@ -49,7 +49,11 @@ func sampleResponse(figures []api.Figure) api.ExecuteResponse {
 		Result:  &res,
 		Files:   []api.FileOut{{Path: "out.txt", SizeBytes: 2, ContentB64: "aGk="}, {Path: "big.bin", SizeBytes: 9, FileID: "f-1", SHA256: "ab"}},
 		Figures: figures,
-		Usage:   api.Usage{DurationMs: 12, Warm: true},
+		Outputs: []api.Output{
+			{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"text/markdown": json.RawMessage(`"**x**"`), "application/json": json.RawMessage(`{"a":[1]}`)}, Metadata: map[string]json.RawMessage{"text/html": json.RawMessage(`{"isolated":true}`)}},
+			{OutputType: api.OutputExecuteResult, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"42"`)}, Metadata: map[string]json.RawMessage{}},
+		},
+		Usage: api.Usage{DurationMs: 12, Warm: true},
 	}
 }
 
@@ -74,8 +78,15 @@ func streamServer(t *testing.T, full api.ExecuteResponse) *Client {
 		for _, f := range full.Figures {
 			events = append(events, api.EventFigure, f)
 		}
-		events = append(events, api.EventException, full.Error, api.EventResult, api.EventResultData{Repr: *full.Result},
-			api.EventDone, stripped(full))
+		events = append(events, api.EventException, full.Error)
+		for _, o := range full.Outputs {
+			if o.OutputType == api.OutputExecuteResult {
+				events = append(events, api.EventResult, api.EventResultData{Repr: *full.Result, Data: o.Data, Metadata: o.Metadata})
+			} else {
+				events = append(events, api.EventDisplay, o)
+			}
+		}
+		events = append(events, api.EventDone, stripped(full))
 		ndjson(w, events...)
 	}))
 }
@@ -112,7 +123,7 @@ func TestExecuteStreamReassembles(t *testing.T) {
 			if stdout.String() != want.Stdout {
 				t.Errorf("stdout events %q", stdout.String())
 			}
-			if n := len(events); n != 8+len(figures) || events[0].Event != api.EventStart || events[n-1].Event != api.EventDone || events[n-1].ID != int64(n) {
+			if n := len(events); n != 9+len(figures) || events[0].Event != api.EventStart || events[n-1].Event != api.EventDone || events[n-1].ID != int64(n) {
 				t.Errorf("events %+v", events)
 			}
 			// on may be nil.
@@ -132,6 +143,8 @@ func TestSessionExecuteStream(t *testing.T) {
 			api.EventStdout, api.EventText{Text: full.Stdout},
 			api.EventStderr, api.EventText{Text: full.Stderr},
 			api.EventFigure, full.Figures[0],
+			api.EventDisplay, full.Outputs[0],
+			api.EventResult, api.EventResultData{Repr: *full.Result, Data: full.Outputs[1].Data},
 			api.EventDone, api.SessionExecuteResponse{ExecuteResponse: stripped(full), ExecutionCount: 4,
 				Session: api.SessionStatus{SessionID: "s 1", State: api.SessionIdle}})
 	}))
@@ -292,7 +305,7 @@ func TestExecuteStreamJSONFallback(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, %v\nwant %+v", got, err, want)
 	}
-	if strings.Join(names, " ") != "start stdout stderr figure exception result done" {
+	if strings.Join(names, " ") != "start stdout stderr figure exception display result done" {
 		t.Errorf("events %q", names)
 	}
 	if !reflect.DeepEqual(done, stripped(full)) {

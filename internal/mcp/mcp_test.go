@@ -1066,3 +1066,45 @@ func TestSessionsDisabled(t *testing.T) {
 		t.Errorf("session_id without sessions: %v, %q", err, resultText(res))
 	}
 }
+
+// Rich outputs reach the model: text types as text, images as images; a
+// figure (already attached) and a plain execute_result add nothing.
+func TestRunResultOutputs(t *testing.T) {
+	png := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nxx"))
+	fig := base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\nfig"))
+	raw := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	resp := &api.ExecuteResponse{Status: "ok", Figures: []api.Figure{{Name: "figure-1.png", ContentB64: fig}}, Outputs: []api.Output{
+		{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"text/html": raw("<table/>"), "application/json": json.RawMessage(`{"a":1}`), "text/plain": raw("T")}},
+		{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"image/png": raw(fig), "text/plain": raw("<Figure>")}},
+		{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"image/png": raw(png), "text/plain": raw("img")}},
+		{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"text/plain": raw("just text")}},
+		{OutputType: api.OutputExecuteResult, Data: map[string]json.RawMessage{"text/plain": raw("42")}},
+	}}
+	res, _, err := runResult(resp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range res.Content[1:] {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			got = append(got, c.Text)
+		case *sdk.ImageContent:
+			got = append(got, c.MIMEType+" "+string(c.Data[8:]))
+		}
+	}
+	want := []string{
+		"image/png fig",
+		"output 1 (display_data):\ntext/html:\n<table/>\napplication/json:\n{\"a\":1}",
+		"output 3 (display_data), its image attached next:\ntext/plain:\nimg",
+		"image/png xx",
+		"output 4 (display_data):\ntext/plain:\njust text",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("content\n%q\nwant\n%q", got, want)
+	}
+	resp.Outputs = []api.Output{{OutputType: api.OutputDisplayData, Data: map[string]json.RawMessage{"image/jpeg": raw("!")}}}
+	if _, _, err := runResult(resp, nil); err == nil || !strings.Contains(err.Error(), "output 1: image/jpeg") {
+		t.Errorf("bad output base64: %v", err)
+	}
+}

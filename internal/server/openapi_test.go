@@ -422,6 +422,10 @@ func TestOpenAPIResponses(t *testing.T) {
 			ResultRepr: &repr, Duration: 1500 * time.Millisecond, PeakMemoryBytes: 1 << 20,
 			Files:   []spec.ReturnedFile{{Path: "o.txt", Size: 2, Data: []byte("hi")}, {Path: "l", Error: "not a regular file (symlink)"}},
 			Figures: []spec.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
+			Outputs: []spec.Output{
+				{Type: spec.OutputDisplay, Data: []spec.MimeValue{{Type: "text/html", Text: []byte("<b>x</b>")}, {Type: "application/json", JSON: []byte(`[1,{"a":null}]`)}, {Type: "image/png", Bytes: []byte("\x89PNG\r\n\x1a\nxx")}}, Metadata: []byte(`{"image/png":{"width":2}}`)},
+				{Type: spec.OutputResult, Data: []spec.MimeValue{{Type: "text/plain", Text: []byte(repr)}}},
+			},
 		}, nil
 	}
 	exec := func(body any, hdr map[string]string, bad bool) (*http.Response, []byte) {
@@ -458,7 +462,7 @@ func TestOpenAPIResponses(t *testing.T) {
 		resp, body = exec(api.ExecuteRequest{Code: "x", LastLineInteractive: true}, hdr, false)
 		want(resp, body, 200)
 		names := c.events("execute "+accept, body, accept == api.MediaSSE, "ExecuteResponse")
-		if !slices.Equal(names, []string{"start", "stdout", "stderr", "figure", "exception", "result", "done"}) {
+		if !slices.Equal(names, []string{"start", "stdout", "stderr", "figure", "exception", "display", "result", "done"}) {
 			t.Errorf("execute %s: events %v", accept, names)
 		}
 	}

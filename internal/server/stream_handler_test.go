@@ -80,6 +80,11 @@ func TestStreamedExecuteEvents(t *testing.T) {
 			Exception:  &spec.Exception{Type: "ValueError", Message: "bad", Line: 1},
 			ResultRepr: &repr,
 			Figures:    []spec.Figure{{Name: "figure-1.png", Data: []byte("\x89PNG\r\n\x1a\nxx")}},
+			Outputs: []spec.Output{
+				{Type: spec.OutputDisplay, Data: []spec.MimeValue{{Type: "text/html", Text: []byte("<b>\xff</b>")}, {Type: "application/json", JSON: []byte(`{"a":1}`)}}, Metadata: []byte(`{"text/html":{"isolated":true}}`)},
+				{Type: spec.OutputDisplay, Data: []spec.MimeValue{{Type: "image/png", Bytes: []byte("\x89PNG\r\n\x1a\nxx")}, {Type: "text/plain", Text: []byte("<Figure>")}}},
+				{Type: spec.OutputResult, Data: []spec.MimeValue{{Type: "text/markdown", Text: []byte("# 42")}, {Type: "text/plain", Text: []byte("42")}}},
+			},
 		}, nil
 	}
 	resp, r := streamed(t, h, "/v1/execute", api.MediaNDJSON, `{"code":"x"}`)
@@ -94,7 +99,7 @@ func TestStreamedExecuteEvents(t *testing.T) {
 	}
 	close(release)
 	var stdout, stderr string
-	var names []string
+	var names, displays []string
 	var done api.ExecuteResponse
 	for id := int64(3); ; id++ {
 		e := nextEvent(t, r)
@@ -117,6 +122,8 @@ func TestStreamedExecuteEvents(t *testing.T) {
 			if err := json.Unmarshal(e.Data, &done); err != nil {
 				t.Fatal(err)
 			}
+		case api.EventDisplay, api.EventResult:
+			displays = append(displays, string(e.Data))
 		}
 		if e.Event == api.EventDone {
 			break
@@ -125,11 +132,19 @@ func TestStreamedExecuteEvents(t *testing.T) {
 	if stdout != "no newline" || stderr != "err ✓ \uFFFD\n" {
 		t.Errorf("stdout %q stderr %q", stdout, stderr)
 	}
-	tail := strings.Join(names[len(names)-4:], ",")
-	if tail != "figure,exception,result,done" {
+	tail := strings.Join(names[len(names)-6:], ",")
+	if tail != "figure,exception,display,display,result,done" {
 		t.Errorf("last events %s", tail)
 	}
-	if done.RunID != "run-1" || done.Status != "error" || done.Stdout != "" || !done.StdoutTruncated || len(done.Figures) != 0 || done.Error == nil || *done.Result != "42" {
+	want := []string{
+		`{"output_type":"display_data","data":{"application/json":{"a":1},"text/html":"<b>�</b>"},"metadata":{"text/html":{"isolated":true}}}`,
+		`{"output_type":"display_data","data":{"image/png":"iVBORw0KGgp4eA==","text/plain":"<Figure>"},"metadata":{}}`,
+		`{"repr":"42","data":{"text/markdown":"# 42","text/plain":"42"}}`,
+	}
+	if strings.Join(displays, "\n") != strings.Join(want, "\n") {
+		t.Errorf("display and result events\n%s\nwant\n%s", strings.Join(displays, "\n"), strings.Join(want, "\n"))
+	}
+	if done.RunID != "run-1" || done.Status != "error" || done.Stdout != "" || !done.StdoutTruncated || len(done.Figures) != 0 || len(done.Outputs) != 0 || done.Error == nil || *done.Result != "42" {
 		t.Errorf("done %+v", done)
 	}
 	if _, err := r.ReadByte(); err == nil {
