@@ -62,6 +62,25 @@ func TestJailctlEndToEnd(t *testing.T) {
 		t.Errorf("figure: %v", err)
 	}
 
+	// Rich outputs: display()'s text/plain after the run's output, its
+	// images saved as output-N.png; a figure's under its own name only.
+	richDir := filepath.Join(dir, "rich")
+	out, errOut, code := jailctl(t, "", "exec", "--out-dir", richDir, "-c",
+		"import base64, matplotlib.pyplot as plt\nprint('first')\n"+
+			"class P:\n    def _repr_png_(self): return base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg==')\n    def __repr__(self): return 'P()'\n"+
+			"display(P(), {'text/html': '<b>h</b>', 'text/plain': 'plain'}, raw=False)\nplt.plot([1, 2])\n")
+	if code != 0 || out != "first\nP()\n{'text/html': '<b>h</b>', 'text/plain': 'plain'}\n" {
+		t.Errorf("display: exit %d stdout %q stderr %q", code, out, errOut)
+	}
+	entries, _ := os.ReadDir(richDir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "figure-1.png output-1.png" {
+		t.Errorf("out-dir holds %v", names)
+	}
+
 	script := filepath.Join(dir, "s.py")
 	os.WriteFile(script, []byte("import os\n"), 0o644)
 	if out, _, code := jailctl(t, "", "lint", script); code != 1 || !strings.Contains(out, script+":1:8: F401") {

@@ -216,8 +216,15 @@ func TestWebPlayground(t *testing.T) {
 			URL    string
 		}
 		ReloadStdout string
-		Terminal     struct{ Text, Status string }
-		Refusals     map[string]struct {
+		Rich         struct {
+			Sandboxes  []string
+			Rows       int
+			ScriptText string
+			Title      string
+			SVG        int
+		}
+		Terminal struct{ Text, Status string }
+		Refusals map[string]struct {
 			Status int
 			Type   string
 		}
@@ -229,6 +236,9 @@ func TestWebPlayground(t *testing.T) {
 	if seen.Landed != url || !strings.Contains(seen.Stdout, "lowest of the damped cosine:") ||
 		!seen.Figure.PNG || seen.Figure.Width == 0 || seen.Figure.Height == 0 {
 		t.Errorf("the run with a figure: landed on %s, stdout %q, figure %+v", seen.Landed, seen.Stdout, seen.Figure)
+	}
+	if len(seen.Rich.Sandboxes) != 2 || seen.Rich.Sandboxes[0] != "" || seen.Rich.Rows != 3 || seen.Rich.ScriptText != "static" || seen.Rich.Title == "pwned" || seen.Rich.SVG != 10 {
+		t.Errorf("rich outputs %+v: want two iframes sandboxed without permissions, a 3-row table, the script not run, a 10 px SVG", seen.Rich)
 	}
 	if !strings.Contains(seen.Exception, "ZeroDivisionError") || len(seen.MarkedLines) != 1 || seen.MarkedLines[0] != 3 {
 		t.Errorf("the exception %q, marked lines %v: want ZeroDivisionError on line 3", seen.Exception, seen.MarkedLines)

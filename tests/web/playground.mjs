@@ -103,6 +103,33 @@ print("lowest of the damped cosine:", round(float(y.min()), 3))
   check(seen.figure.png && seen.figure.width > 0 && seen.figure.height > 0, 'the figure is a PNG that loaded');
   if (process.env.JAILD_WEB_SCREENSHOT) await page.screenshot({ path: process.env.JAILD_WEB_SCREENSHOT });
 
+  // Rich outputs: a DataFrame's HTML in an iframe sandboxed without
+  // scripts, whose script neither runs nor reaches the page; an SVG inline.
+  await setCode(`import pandas as pd
+display(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}))
+display({"text/html": "<p id=x>static</p><script>document.getElementById('x').textContent = 'ran'; parent.document.title = 'pwned'</script>"}, raw=True)
+class Dot:
+    def _repr_svg_(self):
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><circle cx="5" cy="5" r="4"/></svg>'
+display(Dot())
+`);
+  seen.richRun = await act('#run');
+  check(seen.richRun.startsWith('ok'), `the rich run is ok ("${seen.richRun}")`);
+  await page.waitForFunction(() => document.querySelectorAll('#outputs iframe').length === 2 && document.querySelector('#outputs img')?.complete);
+  const srcdocFrames = await Promise.all((await page.$$('#outputs iframe')).map((el) => el.contentFrame()));
+  await Promise.all(srcdocFrames.map((f) => f.waitForLoadState()));
+  seen.rich = {
+    sandboxes: await page.evaluate(() => [...document.querySelectorAll('#outputs iframe')].map((f) => f.getAttribute('sandbox'))),
+    rows: await srcdocFrames[0].locator('tr').count(),
+    scriptText: await srcdocFrames[1].textContent('#x'),
+    title: await page.title(),
+    svg: await page.evaluate(() => document.querySelector('#outputs img').naturalWidth),
+  };
+  check(seen.rich.sandboxes.length === 2 && seen.rich.sandboxes.every((v) => v === ''), 'HTML outputs are in iframes sandboxed without permissions');
+  check(seen.rich.rows === 3, 'the DataFrame renders as a table of a header and two rows');
+  check(seen.rich.scriptText === 'static' && seen.rich.title !== 'pwned', 'a script in an HTML output does not run');
+  check(seen.rich.svg === 10, 'the SVG renders inline');
+
   // An exception: its line is marked.
   await setCode('total = 0\nfor n in range(3):\n    total += 10 / (2 - n)\nprint(total)\n');
   seen.exceptionRun = await act('#run');
