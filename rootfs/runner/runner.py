@@ -229,8 +229,11 @@ class RecordWriter:
             self._identity = None
 
 
-class FigureSaver:
-    """Saves pyplot's open figures as figure-N.png in the figures dir and closes them."""
+class NumberedFiles:
+    """Files NAME-N.EXT of a job in the figures dir, N from 1, at most the
+    job's limit of them (past it, said once on stderr)."""
+
+    kind = "file"
 
     def __init__(self, records):
         self._records = records
@@ -245,6 +248,22 @@ class FigureSaver:
         if renumber:  # a session's call: the daemon emptied the dir
             self._count = 0
             self._limit_noted = False
+
+    def _next(self):
+        """The next number, or None past the limit."""
+        if self._count >= self._limit:
+            if not self._limit_noted:
+                note(f"{self.kind} limit ({self._limit}) reached, further {self.kind}s are not kept")
+                self._limit_noted = True
+            return None
+        self._count += 1
+        return self._count
+
+
+class FigureSaver(NumberedFiles):
+    """Saves pyplot's open figures as figure-N.png in the figures dir and closes them."""
+
+    kind = "figure"
 
     def save_open_figures(self):
         plt = sys.modules.get("matplotlib.pyplot")
@@ -267,13 +286,10 @@ class FigureSaver:
                     pass
 
     def _save(self, figure):
-        if self._count >= self._limit:
-            if not self._limit_noted:
-                note(f"figure limit ({self._limit}) reached, further figures are not saved")
-                self._limit_noted = True
+        n = self._next()
+        if n is None:
             return
-        self._count += 1
-        name = f"figure-{self._count}.png"
+        name = f"figure-{n}.png"
         path = os.path.join(self._dir, name)
         # Never follow or overwrite something user code put there.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -512,34 +528,20 @@ def normalize_bundle(data):
     return out
 
 
-class OutputWriter:
+class OutputWriter(NumberedFiles):
     """Writes rich outputs as output-N.json in the figures dir, each with a
     "display" record (or the "result" record, for the last expression's
     value), and is the display() builtin."""
 
-    def __init__(self, records, saver):
-        self._records = records
-        self._saver = saver
-        self._dir = None
-        self._limit = 0
-        self._count = 0
-        self._limit_noted = False
+    kind = "rich output"
 
-    def configure(self, figures_dir, limit, renumber=False):
-        self._dir = figures_dir
-        self._limit = limit
-        if renumber:  # a session's call: the daemon emptied the dir
-            self._count = 0
-            self._limit_noted = False
+    def __init__(self, records, saver):
+        super().__init__(records)
+        self._saver = saver
 
     def write(self, data, metadata):
         """Write one bundle; returns its file's name, or None."""
         if self._dir is None:
-            return None
-        if self._count >= self._limit:
-            if not self._limit_noted:
-                note(f"output limit ({self._limit}) reached, further rich outputs are not kept")
-                self._limit_noted = True
             return None
         data = normalize_bundle(data)
         if not data:
@@ -559,8 +561,10 @@ class OutputWriter:
         if len(body) > MAX_OUTPUT_BYTES:
             note(f"output of {len(body)} bytes dropped: the bound is {MAX_OUTPUT_BYTES} bytes")
             return None
-        self._count += 1
-        name = f"output-{self._count}.json"
+        n = self._next()
+        if n is None:
+            return None
+        name = f"output-{n}.json"
         path = os.path.join(self._dir, name)
         try:
             # Never follow or overwrite something user code put there.
@@ -612,7 +616,7 @@ class OutputWriter:
                     continue
                 data, md = mime_bundle(obj, include, exclude)
             if metadata:
-                md = dict(md, **metadata)
+                md = {**md, **metadata}
             name = self.write(data, md)
             if name is not None:
                 self._records.emit({"type": "display", "name": name})

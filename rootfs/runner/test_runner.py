@@ -677,7 +677,7 @@ class TestRichOutputs(RunnerTestCase):
             max_outputs=2,
         )
         self.assertEqual(len(self.displayed(r)), 2)
-        self.assertIn("output limit (2) reached", r.stderr)
+        self.assertIn("rich output limit (2) reached, further rich outputs are not kept", r.stderr)
         r = self.run_job("display({'text/plain': 'x' * (9 << 20)}, raw=True)\n")
         self.assertEqual(self.displayed(r), [])
         self.assertIn("bytes dropped: the bound is 8388608 bytes", r.stderr)
