@@ -253,6 +253,17 @@ func (s *streamReader) event(line []byte) (last bool, err error) {
 			s.base.Figures = s.figures
 		}
 		if len(s.outputs) > 0 {
+			// A session call's execute_result carries the call's number,
+			// which the result event does not: it is done's.
+			var count struct {
+				N *int `json:"execution_count"`
+			}
+			_ = json.Unmarshal(ev.Data, &count)
+			for i := range s.outputs {
+				if s.outputs[i].OutputType == api.OutputExecuteResult && s.outputs[i].ExecutionCount == nil {
+					s.outputs[i].ExecutionCount = count.N
+				}
+			}
 			s.base.Outputs = s.outputs
 		}
 	}
