@@ -33,8 +33,10 @@ APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config mmdebstrap debootstrap s
 VM_PACKAGES  := dpkg-dev fakeroot lintian qemu-system-x86 qemu-utils e2fsprogs
 # What test-host needs besides: Debian's Chromium, which tests/web_test.go
 # drives (playwright-core) through the web playground, and HAProxy, the load
-# balancer in front of tests/fleet_test.go's three daemons.
-TEST_PACKAGES := chromium haproxy
+# balancer in front of tests/fleet_test.go's three daemons; Debian's Python
+# with venv, pip, setuptools and wheel, into which tests/clients_test.go
+# installs clients/python offline.
+TEST_PACKAGES := chromium haproxy python3 python3-venv python3-pip python3-setuptools python3-wheel
 
 .PHONY: help deps vm-deps test-deps kube-tools web build rootfs rootfs-images groups test test-host test-unit vet lint fuzz run install deb vm-test mcp-conformance soak security-report bench bench-engine clean
 
