@@ -145,6 +145,14 @@ func TestTLS(t *testing.T) {
 		t.Errorf("jailctl --host exec: %v, stdout %q, stderr %q", err, out.String(), errOut.String())
 	}
 
+	// The Python client (clients/python) over mTLS with bob's certificate.
+	py := exec.Command("/usr/bin/python3", "-B", "-c", `import sys; sys.path.insert(0, "../clients/python"); import jaild
+c = jaild.Client(host=sys.argv[1], cert=sys.argv[2], key=sys.argv[3], ca=sys.argv[4])
+print(c.execute("print(6*7)").stdout, c.info()["caller"]["client"], end="")`, alice.base, bobCert, bobKey, caFile)
+	if pyOut, err := py.CombinedOutput(); err != nil || string(pyOut) != "42\n bob" {
+		t.Errorf("the Python client over mTLS: %v, output %q", err, pyOut)
+	}
+
 	// SIGHUP without bob: his open connection gets 403, a new one is
 	// refused; alice goes on.
 	bob := newTLSClient(port, ca, bobLeaf)
