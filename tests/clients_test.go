@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -67,6 +69,67 @@ func TestPythonClient(t *testing.T) {
 	where, err := exec.Command(filepath.Join(venv, "bin", "python"), "-c", "import jaild; print(jaild.__file__)").Output()
 	if err != nil || !strings.HasPrefix(string(where), venv) {
 		t.Errorf("jaild imported from %q (%v), want the virtual environment", where, err)
+	}
+	t.Logf("%s", out)
+}
+
+// TestTypeScriptClient checks clients/typescript: its wire.d.ts is what
+// gen.mjs makes of the daemon's OpenAPI document (no drift), npm pack
+// packs exactly its files, and the packed package, installed with npm,
+// passes its tests against a real daemon under node.
+func TestTypeScriptClient(t *testing.T) {
+	node := nodeDir(t)
+	env := append(os.Environ(), "PATH="+node+":"+os.Getenv("PATH"))
+	run := func(dir, name string, args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(node, name), args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s%s", name, strings.Join(args, " "), err, out, stderrOf(err))
+		}
+		return out
+	}
+	src := "../clients/typescript"
+	gen := run(src, "node", "gen.mjs", "../../internal/api/openapi.json")
+	if committed, err := os.ReadFile(filepath.Join(src, "wire.d.ts")); err != nil || string(committed) != string(gen) {
+		t.Fatalf("clients/typescript/wire.d.ts is not what gen.mjs makes of internal/api/openapi.json (%v): regenerate it with\n\tcd clients/typescript && node gen.mjs > wire.d.ts", err)
+	}
+
+	tmp := t.TempDir()
+	var packed []struct {
+		Filename string
+		Files    []struct{ Path string }
+	}
+	if err := json.Unmarshal(run(src, "npm", "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
+		t.Fatalf("npm pack --json: %v %+v", err, packed)
+	}
+	var files []string
+	for _, f := range packed[0].Files {
+		files = append(files, f.Path)
+	}
+	slices.Sort(files)
+	if want := []string{"README.md", "index.d.ts", "index.js", "package.json", "wire.d.ts"}; !slices.Equal(files, want) {
+		t.Errorf("npm pack packs %v, want %v", files, want)
+	}
+
+	proj := filepath.Join(tmp, "proj")
+	copyTree(t, filepath.Join(src, "test"), filepath.Join(proj, "test"))
+	if err := os.WriteFile(filepath.Join(proj, "package.json"), []byte(`{"name": "jaild-client-test", "private": true, "type": "module"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(proj, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", filepath.Join(tmp, packed[0].Filename))
+
+	d := startSessionDaemon(t, 0)
+	cmd := exec.Command(filepath.Join(node, "node"), "--test", "test/")
+	cmd.Dir = proj
+	cmd.Env = append(env, "JAILD_SOCKET="+d.Socket)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the client's tests: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") || strings.Contains(string(out), "# pass 0\n") {
+		t.Fatalf("the client's tests did not all run and pass:\n%s", out)
 	}
 	t.Logf("%s", out)
 }

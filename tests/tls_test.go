@@ -152,6 +152,14 @@ print(c.execute("print(6*7)").stdout, c.info()["caller"]["client"], end="")`, al
 	if pyOut, err := py.CombinedOutput(); err != nil || string(pyOut) != "42\n bob" {
 		t.Errorf("the Python client over mTLS: %v, output %q", err, pyOut)
 	}
+	// And the TypeScript one (clients/typescript).
+	tsClient, _ := filepath.Abs("../clients/typescript/index.js")
+	js := exec.Command(filepath.Join(nodeDir(t), "node"), "--input-type=module", "-e", `const { Client } = await import(process.argv[1]);
+const c = new Client({ host: process.argv[2], cert: process.argv[3], key: process.argv[4], ca: process.argv[5] });
+process.stdout.write((await c.execute("print(6*7)")).stdout + (await c.info()).caller.client);`, "file://"+tsClient, alice.base, bobCert, bobKey, caFile)
+	if jsOut, err := js.CombinedOutput(); err != nil || string(jsOut) != "42\nbob" {
+		t.Errorf("the TypeScript client over mTLS: %v, output %q", err, jsOut)
+	}
 
 	// SIGHUP without bob: his open connection gets 403, a new one is
 	// refused; alice goes on.
