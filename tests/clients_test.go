@@ -109,7 +109,7 @@ func TestTypeScriptClient(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	if want := []string{"README.md", "index.d.ts", "index.js", "package.json", "wire.d.ts"}; !slices.Equal(files, want) {
+	if want := []string{"README.md", "ai.d.ts", "ai.js", "index.d.ts", "index.js", "openai-agents.d.ts", "openai-agents.js", "output.js", "package.json", "wire.d.ts"}; !slices.Equal(files, want) {
 		t.Errorf("npm pack packs %v, want %v", files, want)
 	}
 
@@ -130,6 +130,22 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") || strings.Contains(string(out), "# pass 0\n") {
 		t.Fatalf("the client's tests did not all run and pass:\n%s", out)
+	}
+	t.Logf("%s", out)
+
+	// The adapters, with the SDKs from the npm registry (pinned) and their
+	// own test models.
+	run(proj, "npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "ai@7.0.173", "zod@4.6.7", "@openai/agents@0.20.0")
+	copyTree(t, filepath.Join(src, "test-adapters"), filepath.Join(proj, "test-adapters"))
+	cmd = exec.Command(filepath.Join(node, "node"), "--test", "test-adapters/")
+	cmd.Dir = proj
+	cmd.Env = append(env, "JAILD_SOCKET="+d.Socket)
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the adapters' tests: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# pass 2") || !strings.Contains(string(out), "# fail 0") {
+		t.Fatalf("the adapters' tests did not all run and pass:\n%s", out)
 	}
 	t.Logf("%s", out)
 }
