@@ -157,6 +157,7 @@ type streamed struct {
 	stdout, stderr string
 	stdoutEvents   int
 	figures        []api.Figure
+	outputs        []api.Output // display events, and result's bundle
 	exception      *api.ExecError
 	result         *string
 	keepalives     int
@@ -168,7 +169,7 @@ type streamed struct {
 // first, exactly one done or error and it last, one exception and result
 // at most) and decodes every event's data strictly.
 func parseStream(evs []arrived) (*streamed, error) {
-	s := &streamed{events: evs, figures: []api.Figure{}}
+	s := &streamed{events: evs, figures: []api.Figure{}, outputs: []api.Output{}}
 	if len(evs) < 2 {
 		return s, fmt.Errorf("%d events, want at least start and done", len(evs))
 	}
@@ -220,6 +221,19 @@ func parseStream(evs []arrived) (*streamed, error) {
 			var r api.EventResultData
 			err = errors.Join(err, strictJSON(ev.Data, &r))
 			s.result = &r.Repr
+			if len(r.Data) > 0 {
+				if r.Metadata == nil {
+					r.Metadata = map[string]json.RawMessage{}
+				}
+				s.outputs = append(s.outputs, api.Output{OutputType: api.OutputExecuteResult, Data: r.Data, Metadata: r.Metadata})
+			}
+		case api.EventDisplay:
+			var o api.Output
+			err = strictJSON(ev.Data, &o)
+			if err == nil && o.OutputType != api.OutputDisplayData {
+				err = fmt.Errorf("a display event of output_type %q", o.OutputType)
+			}
+			s.outputs = append(s.outputs, o)
 		case api.EventKeepalive:
 			s.keepalives++
 			if string(ev.Data) != "{}" {
@@ -245,8 +259,8 @@ func parseStream(evs []arrived) (*streamed, error) {
 // be compared with the non-streamed response.
 func (s *streamed) finish(r *api.ExecuteResponse) error {
 	var errs []error
-	if r.Stdout != "" || r.Stderr != "" || len(r.Figures) != 0 {
-		errs = append(errs, fmt.Errorf("done repeats output: stdout %q stderr %q %d figures", short(r.Stdout), short(r.Stderr), len(r.Figures)))
+	if r.Stdout != "" || r.Stderr != "" || len(r.Figures) != 0 || len(r.Outputs) != 0 {
+		errs = append(errs, fmt.Errorf("done repeats output: stdout %q stderr %q %d figures %d outputs", short(r.Stdout), short(r.Stderr), len(r.Figures), len(r.Outputs)))
 	}
 	if r.RunID != s.start.RunID || r.Usage.Warm != s.start.Warm {
 		errs = append(errs, fmt.Errorf("start %+v, done run_id %q warm %v", s.start, r.RunID, r.Usage.Warm))
@@ -257,7 +271,7 @@ func (s *streamed) finish(r *api.ExecuteResponse) error {
 	if !reflect.DeepEqual(r.Result, s.result) {
 		errs = append(errs, fmt.Errorf("result event %v, done's result %v", deref2(s.result), deref2(r.Result)))
 	}
-	r.Stdout, r.Stderr, r.Figures = s.stdout, s.stderr, s.figures
+	r.Stdout, r.Stderr, r.Figures, r.Outputs = s.stdout, s.stderr, s.figures, s.outputs
 	return errors.Join(errs...)
 }
 
@@ -283,7 +297,15 @@ func (s *streamed) session() (*api.SessionExecuteResponse, error) {
 	if err := strictJSON(s.done, &r); err != nil {
 		return nil, fmt.Errorf("done: %v: %s", err, short(string(s.done)))
 	}
-	return &r, s.finish(&r.ExecuteResponse)
+	err := s.finish(&r.ExecuteResponse)
+	// The execute_result's execution_count is done's (the result event
+	// does not repeat it).
+	for i := range r.Outputs {
+		if r.Outputs[i].OutputType == api.OutputExecuteResult {
+			r.Outputs[i].ExecutionCount = &r.ExecutionCount
+		}
+	}
+	return &r, err
 }
 
 // firstAt is when the first event named name arrived (zero if none).

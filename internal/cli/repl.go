@@ -224,6 +224,7 @@ func (r *repl) run(code string, sig <-chan os.Signal) (rc int, stop bool) {
 	if resp.StderrTruncated {
 		fmt.Fprintln(e.stderr, "jailctl: the call's stderr was truncated")
 	}
+	e.printDisplays(&resp.ExecuteResponse)
 	e.writeOutputs(&resp.ExecuteResponse, r.outDir)
 	// An exception's traceback is on stderr already; other failures
 	// (limits, signals) are said here.
