@@ -421,11 +421,14 @@ func (b *slowBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// read_timeout bounds a pause in a transfer, not the whole of it.
+// read_timeout bounds a pause in a transfer, not the whole of it. The
+// pauses are 20 times shorter than read_timeout, and a transfer lasts
+// three times as long: a loaded machine (CI runs test packages side by
+// side) delays a pause by less than that.
 func TestFileTransfersOutlastReadTimeout(t *testing.T) {
-	h := harness(t, func(c *config.Config) { c.ReadTimeout.Duration = 400 * time.Millisecond })
+	h := harness(t, func(c *config.Config) { c.ReadTimeout.Duration = 800 * time.Millisecond })
 	const size = 4 << 20
-	r := send(t, h, "POST", "/v1/files?name=slow", nil, &slowBody{left: size, pause: 25 * time.Millisecond}) // 64 chunks: 1.6 s
+	r := send(t, h, "POST", "/v1/files?name=slow", nil, &slowBody{left: size, pause: 40 * time.Millisecond}) // 64 chunks: 2.6 s
 	if r.status != 201 {
 		t.Fatalf("slow upload: HTTP %d %s", r.status, r.body)
 	}
@@ -433,7 +436,7 @@ func TestFileTransfersOutlastReadTimeout(t *testing.T) {
 	if f.SizeBytes != size || f.SHA256 != hexSum(strings.Repeat("z", size)) {
 		t.Fatalf("stored %+v", f)
 	}
-	// A slow reader of a download: 1.6 s as well.
+	// A slow reader of a download: 2.6 s as well.
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", h.Socket)
 	}}}
@@ -445,7 +448,7 @@ func TestFileTransfersOutlastReadTimeout(t *testing.T) {
 	got := 0
 	buf := make([]byte, 64<<10)
 	for {
-		time.Sleep(25 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
 		n, err := io.ReadFull(resp.Body, buf)
 		got += n
 		if err != nil {
@@ -459,7 +462,7 @@ func TestFileTransfersOutlastReadTimeout(t *testing.T) {
 	pr, pw := io.Pipe()
 	go func() {
 		pw.Write([]byte("partial"))
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(2500 * time.Millisecond)
 		pw.CloseWithError(io.ErrUnexpectedEOF)
 	}()
 	req, _ := http.NewRequest("POST", "http://jaild/v1/files?name=stalled", pr)
