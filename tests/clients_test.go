@@ -10,7 +10,8 @@ import (
 	"testing"
 )
 
-// copyTree copies the regular files beneath src to dst.
+// copyTree copies the regular files beneath src to dst, leaving out
+// what builds leave behind (node_modules, __pycache__, build, *.egg-info).
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
 	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
@@ -19,7 +20,7 @@ func copyTree(t *testing.T, src, dst string) {
 		}
 		rel, _ := filepath.Rel(src, p)
 		if fi.IsDir() {
-			if fi.Name() == "__pycache__" || strings.HasSuffix(fi.Name(), ".egg-info") || fi.Name() == "build" {
+			if fi.Name() == "__pycache__" || fi.Name() == "node_modules" || strings.HasSuffix(fi.Name(), ".egg-info") || fi.Name() == "build" {
 				return filepath.SkipDir
 			}
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)

@@ -293,26 +293,7 @@ func TestWebPlayground(t *testing.T) {
 func TestWebAssetsReproducible(t *testing.T) {
 	const ui = "../internal/web/ui"
 	src := filepath.Join(t.TempDir(), "ui")
-	err := filepath.WalkDir(ui, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(ui, p)
-		if e.IsDir() {
-			if e.Name() == "node_modules" {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(filepath.Join(src, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(src, rel), b, 0o755)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	copyTree(t, ui, src) // node_modules left out
 	out := filepath.Join(t.TempDir(), "dist")
 	build := exec.Command("bash", filepath.Join(src, "build.sh"), out)
 	if b, err := build.CombinedOutput(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -47,10 +48,12 @@ func ReadOutputs(dir string, refs []spec.OutputRef, figs []Figure, repr *string)
 	for _, f := range figs {
 		budget -= int64(len(f.Data))
 	}
-	dfd := -1
-	if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
-		dfd = fd
-		defer unix.Close(dfd)
+	dfd := -1 // opened only for a run whose records name output files
+	if slices.ContainsFunc(refs, func(r spec.OutputRef) bool { return r.Name != "" }) {
+		if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
+			dfd = fd
+			defer unix.Close(dfd)
+		}
 	}
 	figure := func(name, text string) (Output, bool) {
 		for _, f := range figs {
